@@ -1,0 +1,351 @@
+"""Smoke test of SGLang instances: fail-fast wait, real generation, speculative-decoding proof.
+
+The seeds' lesson: a server that crashed at import was polled for minutes ("don't wait so long
+when it fails fast"), a green /v1/models did not prove generation and nothing proved that
+speculative decoding was on.  So:
+
+* ``wait_units`` polls, for every instance at once, the unit's ActiveState/SubState/NRestarts
+  (``systemctl show``) *and* ``/health`` every ``interval`` (0.25 s by default) under one overall
+  timeout.  The first unit that failed, exited or was restarted by systemd ends the wait at once
+  (fail fast); healthy means ``/health`` answered 200 while the unit is active and was not
+  restarted.
+* ``smoke_instance`` then sends a real chat completion (temperature 0, max_tokens 128, the
+  seeds' fibonacci prompt) that must return ``content`` or ``reasoning_content`` and records
+  tokens/s; for a speculative instance ``/get_server_info`` must name the algorithm and a
+  ``/generate`` must show verify steps (``spec_verify_ct`` > 0) and an accept length.
+
+Pure logic plus injected I/O (``show``, ``health``, ``http``, ``clock``, ``sleep``) so tests run
+it against real local HTTP servers and recorded ``systemctl show`` output.  No Ansible import.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+FIBONACCI_PROMPT = "Write a Python function fibonacci(n) using iteration. Return only code."
+SHOW_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "NRestarts",
+    "ExecMainPID",
+    "ExecMainStatus",
+    "ExecMainCode",
+)
+SPECULATIVE_PROOF = ("DFLASH", "DDTREE")
+# token ids used when the server runs with --skip-tokenizer-init (no chat possible): any ids work
+FALLBACK_INPUT_IDS = [(i * 7919 + 13) % 150000 for i in range(32)]
+
+
+class SmokeError(Exception):
+    """A smoke step failed; ``record`` holds what was measured up to the failure."""
+
+    def __init__(self, msg, record=None):
+        super().__init__(msg)
+        self.record = record or {}
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def arg_value(args, flag):
+    """Value of ``--flag value`` or ``--flag=value`` (the last one wins), else None."""
+    value = None
+    args = [str(a) for a in args or []]
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def has_flag(args, flag) -> bool:
+    return any(str(a) == flag or str(a).startswith(flag + "=") for a in args or [])
+
+
+def endpoint(args, port=None) -> str:
+    """Base URL to reach an instance from its own host."""
+    host = arg_value(args, "--host") or "127.0.0.1"
+    if host in ("0.0.0.0", "::", "[::]", ""):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    port = port or arg_value(args, "--port") or 30000
+    return f"http://{host}:{int(port)}"
+
+
+def expected_algorithm(args, algorithm=None):
+    algo = algorithm or arg_value(args, "--speculative-algorithm")
+    if not algo or str(algo).upper() in ("NONE", "NULL", "OFF"):
+        return None
+    return str(algo).upper()
+
+
+def unit_name(instance: str) -> str:
+    return f"dflash-{instance}.service"
+
+
+# ----------------------------------------------------------------------------- wait
+
+
+def parse_show(text: str) -> dict:
+    """``systemctl show -p A,B unit`` output -> {A: value}; NRestarts as int."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    for key in ("NRestarts", "ExecMainPID", "ExecMainStatus"):
+        if key in out:
+            try:
+                out[key] = int(out[key])
+            except ValueError:
+                out[key] = None
+    return out
+
+
+def judge(show: dict, health: int | None, baseline_restarts: int = 0) -> str:
+    """One poll's verdict: healthy | starting | failed | restarted | exited | missing."""
+    if show.get("LoadState") == "not-found":
+        return "missing"
+    active, sub = show.get("ActiveState"), show.get("SubState")
+    if active == "failed":
+        return "failed"
+    if (show.get("NRestarts") or 0) > baseline_restarts or sub == "auto-restart":
+        return "restarted"
+    if active in ("inactive", "deactivating"):
+        return "exited"
+    if active == "active" and health == 200:
+        return "healthy"
+    return "starting"
+
+
+FAILING = ("failed", "restarted", "exited", "missing")
+
+
+def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monotonic, sleep=time.sleep,
+               baseline_restarts=0):
+    """Poll every instance until all are healthy, one fails (returned at once) or time is up.
+
+    ``instances``: [{name, unit, health_url}]; ``show(unit) -> dict`` (parsed systemctl show);
+    ``health(url, timeout) -> status or None``.  Returns {verdict: healthy|failed|timeout,
+    seconds, failed: [names], instances: {name: {verdict, seconds, show, health, polls,
+    healthy_seen_at}}}."""
+    t0 = clock()
+    deadline = t0 + float(timeout)
+    state = {
+        i["name"]: {"verdict": "starting", "seconds": None, "show": {}, "health": None, "polls": 0}
+        for i in instances
+    }
+    pending = [i for i in instances]
+    while True:
+        for inst in list(pending):
+            st = state[inst["name"]]
+            remaining = max(0.05, deadline - clock())
+            sh = show(inst["unit"])
+            code = None
+            if sh.get("ActiveState") in ("active", "activating", "reloading"):
+                code = health(inst["health_url"], min(1.0, remaining))
+            st.update(show=sh, health=code, polls=st["polls"] + 1)
+            verdict = judge(sh, code, baseline_restarts)
+            if verdict != "starting":
+                st["verdict"] = verdict
+                st["seconds"] = round(clock() - t0, 3)
+                pending.remove(inst)
+                if verdict in FAILING:
+                    return _wait_result(state, "failed", clock() - t0)
+        if not pending:
+            return _wait_result(state, "healthy", clock() - t0)
+        if clock() >= deadline:
+            for inst in pending:
+                state[inst["name"]]["verdict"] = "timeout"
+                state[inst["name"]]["seconds"] = round(clock() - t0, 3)
+            return _wait_result(state, "timeout", clock() - t0)
+        sleep(max(0.0, min(interval, deadline - clock())))
+
+
+def _wait_result(state, verdict, seconds):
+    failed = sorted(n for n, s in state.items() if s["verdict"] in FAILING + ("timeout",))
+    return {"verdict": verdict, "seconds": round(seconds, 3), "failed": failed, "instances": state}
+
+
+def describe_failure(name, st, diagnosis=None) -> str:
+    sh = st.get("show") or {}
+    what = {
+        "failed": "the unit failed",
+        "restarted": "systemd restarted the unit (it crashed)",
+        "exited": "the server exited",
+        "missing": "the unit does not exist",
+        "timeout": "not healthy before the timeout (hang)",
+    }.get(st.get("verdict"), st.get("verdict"))
+    msg = (
+        f"instance {name}: {what} after {st.get('seconds')} s "
+        f"(ActiveState={sh.get('ActiveState')}, SubState={sh.get('SubState')}, "
+        f"NRestarts={sh.get('NRestarts')}, ExecMainStatus={sh.get('ExecMainStatus')}, "
+        f"/health={st.get('health')})"
+    )
+    if diagnosis:
+        msg += f"; cause={diagnosis.get('cause')}: {diagnosis.get('summary')}"
+        if diagnosis.get("remedy"):
+            msg += f"; remedy: {diagnosis['remedy']}"
+    return msg
+
+
+def journal_argv(unit: str, since_epoch: float, lines: int = 5000) -> list:
+    return ["journalctl", "-u", unit, "--since", f"@{int(since_epoch)}", "--no-pager", "-o", "cat",
+            "-n", str(int(lines))]
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+def http_json(method, url, body=None, timeout=30.0):
+    """(status, parsed JSON or text).  Network errors raise SmokeError."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except (OSError, urllib.error.URLError) as exc:
+        raise SmokeError(f"{method} {url}: {exc.__class__.__name__}: {exc}") from exc
+    text = raw.decode("utf-8", "replace")
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def health_status(url, timeout=1.0):
+    """HTTP status of GET url, None when nothing answers in time."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+# ----------------------------------------------------------------------------- smoke
+
+
+def check_chat(status, body, elapsed) -> dict:
+    if status != 200 or not isinstance(body, dict):
+        raise SmokeError(f"chat completion: HTTP {status}: {str(body)[:300]}")
+    choices = body.get("choices") or []
+    msg = (choices[0] or {}).get("message") or {} if choices else {}
+    content, reasoning = msg.get("content"), msg.get("reasoning_content")
+    if not (content and str(content).strip()) and not (reasoning and str(reasoning).strip()):
+        raise SmokeError(f"chat completion returned neither content nor reasoning_content: {str(body)[:300]}")
+    usage = body.get("usage") or {}
+    tokens = usage.get("completion_tokens")
+    return {
+        "returned": "content" if content else "reasoning_content",
+        "text_head": str(content or reasoning)[:160],
+        "completion_tokens": tokens,
+        "finish_reason": (choices[0] or {}).get("finish_reason"),
+        "seconds": round(elapsed, 3),
+        "tokens_per_s": round(tokens / elapsed, 1) if tokens and elapsed > 0 else None,
+    }
+
+
+def server_info_algorithm(info):
+    if not isinstance(info, dict):
+        return None
+    for src in (info, info.get("server_args") or {}):
+        algo = src.get("speculative_algorithm")
+        if algo:
+            return str(algo).upper()
+    return None
+
+
+def check_spec_meta(status, body, elapsed) -> dict:
+    if isinstance(body, list) and body:  # batch form
+        body = body[0]
+    if status != 200 or not isinstance(body, dict):
+        raise SmokeError(f"/generate: HTTP {status}: {str(body)[:300]}")
+    mi = body.get("meta_info") or {}
+    verify = mi.get("spec_verify_ct")
+    tokens = mi.get("completion_tokens")
+    accept = mi.get("spec_accept_length")
+    if accept is None and verify and tokens:
+        accept = tokens / verify
+    out = {
+        "spec_verify_ct": verify,
+        "spec_accept_length": round(float(accept), 3) if accept is not None else None,
+        "completion_tokens": tokens,
+        "seconds": round(elapsed, 3),
+    }
+    if not isinstance(verify, int | float) or verify <= 0:
+        raise SmokeError(f"/generate meta_info shows no verify steps (spec_verify_ct={verify!r}): "
+                         "speculative decoding is not running", out)
+    if accept is None:
+        raise SmokeError("/generate meta_info has no accept length (spec_accept_length)", out)
+    return out
+
+
+def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_tokens=128, temperature=0.0,
+                   timeout=120.0, spec_max_new_tokens=64, http=http_json, clock=time.monotonic):
+    """Generation + (for DFLASH/DDTREE) speculative proof.  Returns the record; raises
+    SmokeError (with the partial record) on the first failed step."""
+    rec = {"base_url": base_url}
+    try:
+        status, info = http("GET", base_url + "/get_server_info", None, timeout)
+        info = info if status == 200 and isinstance(info, dict) else {}
+        rec["lab_standin"] = bool(info.get("lab_standin"))
+        rec["version"] = info.get("version")
+
+        skip_tok = has_flag(args, "--skip-tokenizer-init")
+        if skip_tok:
+            # no tokenizer: chat is impossible, generate from token ids instead
+            body = {"input_ids": FALLBACK_INPUT_IDS,
+                    "sampling_params": {"temperature": temperature, "max_new_tokens": max_tokens}}
+            t = clock()
+            status, out = http("POST", base_url + "/generate", body, timeout)
+            dt = clock() - t
+            if status != 200 or not isinstance(out, dict) or not out.get("output_ids"):
+                raise SmokeError(f"/generate (input_ids): HTTP {status}: {str(out)[:300]}")
+            n = len(out["output_ids"])
+            rec["generation"] = {"via": "/generate input_ids (--skip-tokenizer-init)", "completion_tokens": n,
+                                 "seconds": round(dt, 3), "tokens_per_s": round(n / dt, 1) if dt > 0 else None}
+        else:
+            status, models = http("GET", base_url + "/v1/models", None, timeout)
+            model = None
+            if status == 200 and isinstance(models, dict) and models.get("data"):
+                model = models["data"][0].get("id")
+            model = model or arg_value(args, "--served-model-name") or arg_value(args, "--model-path") or "default"
+            body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                    "temperature": temperature, "max_tokens": max_tokens}
+            t = clock()
+            status, out = http("POST", base_url + "/v1/chat/completions", body, timeout)
+            rec["generation"] = dict(check_chat(status, out, clock() - t), via="/v1/chat/completions",
+                                     model=model)
+
+        expected = expected_algorithm(args, algorithm)
+        rec["algorithm"] = expected
+        if expected in SPECULATIVE_PROOF:
+            got = server_info_algorithm(info)
+            rec["server_info_algorithm"] = got
+            if got != expected:
+                raise SmokeError(f"/get_server_info names speculative_algorithm={got!r}, expected {expected}")
+            body = {"sampling_params": {"temperature": 0, "max_new_tokens": spec_max_new_tokens}}
+            if skip_tok:
+                body["input_ids"] = FALLBACK_INPUT_IDS
+            else:
+                body["text"] = prompt
+            t = clock()
+            status, out = http("POST", base_url + "/generate", body, timeout)
+            rec["speculative"] = check_spec_meta(status, out, clock() - t)
+    except SmokeError as exc:
+        if exc.record:
+            rec["speculative"] = exc.record
+        rec["error"] = str(exc)
+        raise SmokeError(str(exc), rec) from None
+    return rec

@@ -1,0 +1,250 @@
+"""Smoke logic: fail-fast wait verdicts and timing, generation check, speculative proof.
+
+HTTP checks run against a real local HTTP server that answers with SGLang's response shapes
+(the chat completion body is the one from the seeds: content null, reasoning_content set).
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import dflash_smoke as s
+import pytest
+
+# `systemctl show -p LoadState,ActiveState,SubState,Result,NRestarts,ExecMainPID,ExecMainStatus,
+# ExecMainCode dflash-main.service` on systemd 252 (Debian 12) for a unit whose python exited 1
+SHOW_FAILED = """LoadState=loaded
+ActiveState=failed
+SubState=failed
+Result=exit-code
+NRestarts=0
+ExecMainPID=0
+ExecMainStatus=1
+ExecMainCode=1
+"""
+
+
+def test_parse_show_and_judge():
+    sh = s.parse_show(SHOW_FAILED)
+    assert sh["NRestarts"] == 0 and sh["ExecMainStatus"] == 1 and sh["ActiveState"] == "failed"
+    assert s.judge(sh, None) == "failed"
+    up = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
+    assert s.judge(up, 200) == "healthy"
+    assert s.judge(up, 503) == "starting"
+    assert s.judge(up, None) == "starting"
+    assert s.judge(dict(up, NRestarts=1), 200) == "restarted"
+    assert s.judge(dict(up, NRestarts=3), 200, baseline_restarts=3) == "healthy"
+    assert s.judge({"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": 0}, None) == "restarted"
+    assert s.judge({"ActiveState": "inactive", "SubState": "dead"}, None) == "exited"
+    assert s.judge({"LoadState": "not-found", "ActiveState": "inactive"}, None) == "missing"
+
+
+class FakeTime:
+    def __init__(self):
+        self.t = 0.0
+
+    def clock(self):
+        return self.t
+
+    def sleep(self, d):
+        self.t += d
+
+
+def scripted(timeline):
+    """show() from a [(from_time, state)] timeline per unit."""
+
+    def pick(unit, t):
+        cur = None
+        for start, st in timeline[unit]:
+            if t >= start:
+                cur = st
+        return cur
+
+    return pick
+
+
+def test_wait_fails_fast_on_crash_while_other_instance_still_starts():
+    ft = FakeTime()
+    running = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
+    tl = {
+        "dflash-a.service": [(0, running)],
+        "dflash-b.service": [(0, running), (2.1, {"LoadState": "loaded", "ActiveState": "activating",
+                                                  "SubState": "auto-restart", "NRestarts": 1})],
+    }
+    pick = scripted(tl)
+    res = s.wait_units(
+        [{"name": "a", "unit": "dflash-a.service", "health_url": "A"},
+         {"name": "b", "unit": "dflash-b.service", "health_url": "B"}],
+        show=lambda u: pick(u, ft.t), health=lambda url, to: None, timeout=600, interval=0.25,
+        clock=ft.clock, sleep=ft.sleep,
+    )
+    assert res["verdict"] == "failed" and res["failed"] == ["b"]
+    assert res["instances"]["b"]["verdict"] == "restarted"
+    assert 2.1 <= res["seconds"] <= 2.35  # detected within one interval, not after 600 s
+    assert res["instances"]["a"]["verdict"] == "starting"
+
+
+def test_wait_healthy_lag_is_one_interval_and_timeout_reports_hang():
+    ft = FakeTime()
+    running = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
+    inst = [{"name": "a", "unit": "u", "health_url": "A"}]
+    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: 200 if ft.t >= 5.0 else None,
+                       timeout=60, interval=0.25, clock=ft.clock, sleep=ft.sleep)
+    assert res["verdict"] == "healthy" and 5.0 <= res["instances"]["a"]["seconds"] <= 5.25
+    ft.t = 0.0
+    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=3, interval=0.5,
+                       clock=ft.clock, sleep=ft.sleep)
+    assert res["verdict"] == "timeout" and res["failed"] == ["a"]
+    assert 3.0 <= res["seconds"] < 3.6
+    assert "hang" in s.describe_failure("a", res["instances"]["a"])
+
+
+def test_describe_failure_carries_diagnosis():
+    st = {"verdict": "failed", "seconds": 1.2, "show": s.parse_show(SHOW_FAILED), "health": None}
+    msg = s.describe_failure("main", st, {"cause": "missing_module", "summary": "No module named 'soundfile'",
+                                          "remedy": "add soundfile to the layer"})
+    assert "instance main: the unit failed after 1.2 s" in msg
+    assert "cause=missing_module" in msg and "remedy: add soundfile" in msg
+
+
+def test_args_helpers():
+    args = ["--model-path", "/m", "--host", "0.0.0.0", "--port", "30001", "--speculative-algorithm=ddtree"]
+    assert s.endpoint(args) == "http://127.0.0.1:30001"
+    assert s.endpoint(["--host", "::1", "--port", "1"]) == "http://[::1]:1"
+    assert s.endpoint([]) == "http://127.0.0.1:30000"
+    assert s.expected_algorithm(args) == "DDTREE"
+    assert s.expected_algorithm(["--port", "1"]) is None
+    assert s.journal_argv("dflash-a.service", 1700000000.7)[:5] == [
+        "journalctl", "-u", "dflash-a.service", "--since", "@1700000000"]
+
+
+# ----------------------------------------------------------------------------- real HTTP
+
+
+class Server:
+    """A local HTTP server answering like SGLang; ``behaviour`` tweaks the answers."""
+
+    def __init__(self, **behaviour):
+        self.b = behaviour
+        self.requests = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, obj):
+                raw = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self):
+                outer.requests.append(("GET", self.path, None))
+                if self.path == "/health":
+                    self._send(outer.b.get("health", 200), {})
+                elif self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": "/dev/shm/Qwen3.6-27B"}]})
+                elif self.path == "/get_server_info":
+                    self._send(200, {"speculative_algorithm": outer.b.get("algo", "DFLASH"), "version": "0.5.11"})
+                else:
+                    self._send(404, {"detail": "Not Found"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(("POST", self.path, body))
+                if self.path == "/v1/chat/completions":
+                    msg = {"role": "assistant", "content": None,
+                           "reasoning_content": outer.b.get("reasoning", "Here's a thinking process:\n\n1.")}
+                    self._send(200, {"id": "e10d", "object": "chat.completion", "model": body["model"],
+                                     "choices": [{"index": 0, "message": msg, "finish_reason": "length"}],
+                                     "usage": {"prompt_tokens": 20, "completion_tokens": 128,
+                                               "total_tokens": 148}})
+                elif self.path == "/generate":
+                    mi = {"completion_tokens": 64, "spec_verify_ct": outer.b.get("verify", 16)}
+                    if outer.b.get("accept", True):
+                        mi["spec_accept_length"] = 4.0
+                    out = {"text": "def fibonacci(n):", "meta_info": mi}
+                    if "input_ids" in body:
+                        out["output_ids"] = list(range(body["sampling_params"]["max_new_tokens"]))
+                    self._send(200, out)
+                else:
+                    self._send(404, {"detail": "Not Found"})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server(request):
+    srv = Server(**getattr(request, "param", {}))
+    yield srv
+    srv.close()
+
+
+ARGS = ["--model-path", "/dev/shm/Qwen3.6-27B", "--port", "30001", "--speculative-algorithm", "DFLASH"]
+
+
+def test_smoke_passes_on_reasoning_content_and_proves_speculation(server):
+    rec = s.smoke_instance(server.url, ARGS, timeout=5)
+    assert rec["generation"]["returned"] == "reasoning_content"
+    assert rec["generation"]["completion_tokens"] == 128 and rec["generation"]["tokens_per_s"] > 0
+    assert rec["speculative"] == {"spec_verify_ct": 16, "spec_accept_length": 4.0, "completion_tokens": 64,
+                                  "seconds": rec["speculative"]["seconds"]}
+    chat = next(b for m, p, b in server.requests if p == "/v1/chat/completions")
+    assert chat["temperature"] == 0 and chat["max_tokens"] == 128
+    assert chat["messages"][0]["content"] == s.FIBONACCI_PROMPT
+    assert chat["model"] == "/dev/shm/Qwen3.6-27B"
+
+
+def test_health_status_against_real_server(server):
+    assert s.health_status(server.url + "/health") == 200
+    assert s.health_status(server.url + "/nope") == 404
+    assert s.health_status("http://127.0.0.1:9/health", 0.2) is None
+
+
+@pytest.mark.parametrize(
+    ("server", "match"),
+    [
+        ({"reasoning": ""}, "neither content nor reasoning_content"),
+        ({"algo": None}, "names speculative_algorithm=None, expected DFLASH"),
+        ({"verify": 0}, "no verify steps"),
+        ({"accept": False, "verify": None}, "no verify steps"),
+    ],
+    indirect=["server"],
+)
+def test_smoke_failures_are_reported_with_partial_record(server, match):
+    with pytest.raises(s.SmokeError, match=match) as ei:
+        s.smoke_instance(server.url, ARGS, timeout=5)
+    assert ei.value.record["error"]
+
+
+def test_accept_length_computed_when_server_omits_it():
+    out = s.check_spec_meta(200, {"meta_info": {"completion_tokens": 60, "spec_verify_ct": 20}}, 1.0)
+    assert out["spec_accept_length"] == 3.0
+
+
+def test_no_speculation_check_for_plain_instances(server):
+    rec = s.smoke_instance(server.url, ["--port", "1"], timeout=5)
+    assert "speculative" not in rec and rec["algorithm"] is None
+    assert not [p for m, p, b in server.requests if p == "/generate"]
+
+
+def test_skip_tokenizer_init_generates_from_ids(server):
+    rec = s.smoke_instance(server.url, [*ARGS, "--skip-tokenizer-init"], timeout=5)
+    assert rec["generation"]["via"].startswith("/generate input_ids")
+    assert rec["generation"]["completion_tokens"] == 128
+    gens = [b for m, p, b in server.requests if p == "/generate"]
+    assert all("input_ids" in b for b in gens)
+
+
+def test_unreachable_server_is_a_smoke_error():
+    with pytest.raises(s.SmokeError, match="URLError|ConnectionRefused"):
+        s.smoke_instance("http://127.0.0.1:9", ARGS, timeout=1)
