@@ -1,0 +1,219 @@
+"""Import/ABI probe of a layer's interpreter: torch, sgl_kernel, flashinfer, xgrammar, soundfile,
+sglang. Pure logic with no Ansible import (library/dflash_probe.py wraps it).
+
+Each component runs in its own subprocess of the probed python with a timeout, so a segfault or a
+hang in one import (an sgl_kernel ABI mismatch, a CUDA init stall) is reported as that component's
+error while the others still report. A component reports either its facts (``ok: true``) or the
+exception text (``ok: false, error: "ImportError: ..."``). The probe writes nothing: bytecode
+writing is off (``PYTHONDONTWRITEBYTECODE=1``) so the layers stay byte-identical.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import time
+
+RESULT_TAG = "DFLASH_PROBE_RESULT "
+
+# Each snippet sets ``r`` (a dict of facts). The wrapper prints it after RESULT_TAG, or the exception.
+COMPONENTS = {
+    "python": (
+        "import sys, platform\n"
+        "r = {'version': platform.python_version(), 'executable': sys.executable, 'prefix': sys.prefix,"
+        " 'path': [p for p in sys.path if p]}\n"
+    ),
+    "torch": (
+        "import torch\n"
+        "r = {'version': torch.__version__, 'cuda': torch.version.cuda, 'file': torch.__file__}\n"
+        "r['cuda_available'] = bool(torch.cuda.is_available())\n"
+        "r['device_count'] = torch.cuda.device_count() if r['cuda_available'] else 0\n"
+        "r['devices'] = []\n"
+        "for i in range(r['device_count']):\n"
+        "    p = torch.cuda.get_device_properties(i)\n"
+        "    r['devices'].append({'index': i, 'name': p.name, 'capability': f'{p.major}.{p.minor}',"
+        " 'memory_total_mib': int(p.total_memory // (1024 * 1024))})\n"
+        "r['arch_list'] = list(torch.cuda.get_arch_list()) if r['cuda_available'] else []\n"
+    ),
+    "sgl_kernel": (
+        "import importlib.metadata as md\n"
+        "import sgl_kernel\n"
+        "ops = getattr(sgl_kernel, 'common_ops', None)\n"
+        "r = {'file': sgl_kernel.__file__, 'common_ops': bool(ops),"
+        " 'common_ops_file': getattr(ops, '__file__', None) or (str(ops) if ops else None)}\n"
+        "try:\n"
+        "    r['version'] = md.version('sglang-kernel')\n"
+        "except md.PackageNotFoundError:\n"
+        "    r['version'] = getattr(sgl_kernel, '__version__', None)\n"
+        "if not ops:\n"
+        "    raise ImportError('sgl_kernel imported but common_ops did not load')\n"
+    ),
+    "flashinfer": (
+        "import flashinfer\n"
+        "r = {'version': getattr(flashinfer, '__version__', None), 'file': flashinfer.__file__}\n"
+    ),
+    "xgrammar": (
+        "import xgrammar\n"
+        "r = {'version': getattr(xgrammar, '__version__', None), 'file': xgrammar.__file__,"
+        " 'structural_tag': hasattr(xgrammar, 'StructuralTag')}\n"
+        "if r['version'] is None:\n"
+        "    import importlib.metadata as md\n"
+        "    r['version'] = md.version('xgrammar')\n"
+    ),
+    "soundfile": (
+        "import soundfile\n"
+        "r = {'version': soundfile.__version__, 'libsndfile': soundfile.__libsndfile_version__,"
+        " 'file': soundfile.__file__}\n"
+    ),
+    "sglang": (
+        "import sglang\n"
+        "r = {'version': getattr(sglang, '__version__', None), 'file': sglang.__file__}\n"
+        "from sglang.srt.speculative.spec_info import SpeculativeAlgorithm\n"
+        "r['speculative_algorithms'] = [m.name for m in SpeculativeAlgorithm]\n"
+    ),
+}
+DEFAULT_COMPONENTS = tuple(COMPONENTS)
+
+_WRAPPER = (
+    "import json, sys, traceback\n"
+    "try:\n"
+    "{body}"
+    "    print({tag!r} + json.dumps({{'ok': True, **r}}, default=str), flush=True)\n"
+    "except BaseException as exc:\n"
+    "    tb = traceback.format_exc().strip().splitlines()\n"
+    "    print({tag!r} + json.dumps({{'ok': False, 'error': f'{{type(exc).__name__}}: {{exc}}',"
+    " 'traceback': tb[-12:]}}), flush=True)\n"
+)
+
+
+def component_code(name):
+    body = "".join(f"    {line}\n" for line in COMPONENTS[name].splitlines())
+    return _WRAPPER.format(body=body, tag=RESULT_TAG)
+
+
+def probe_env(pythonpath=None, extra_env=None, base_env=None):
+    env = dict(os.environ if base_env is None else base_env)
+    env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONNOUSERSITE"] = "1"
+    env.pop("PYTHONHOME", None)
+    if pythonpath:
+        parts = [pythonpath] if isinstance(pythonpath, str) else list(pythonpath)
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
+def parse_component_output(rc, stdout, stderr, timed_out=False, timeout=None):
+    """One component's result from its subprocess' exit status and output."""
+    for line in reversed((stdout or "").splitlines()):
+        if line.startswith(RESULT_TAG):
+            try:
+                return json.loads(line[len(RESULT_TAG):])
+            except ValueError:
+                break
+    tail = (stderr or stdout or "").strip().splitlines()[-12:]
+    if timed_out:
+        return {"ok": False, "error": f"Timeout: no result within {timeout}s", "traceback": tail}
+    if rc is not None and rc < 0:
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:
+            sig = f"signal {-rc}"
+        return {"ok": False, "error": f"Crash: killed by {sig}", "returncode": rc, "traceback": tail}
+    return {"ok": False, "error": f"Crash: exited {rc} without a result", "returncode": rc,
+            "traceback": tail}
+
+
+def run_component(python, name, env, timeout):
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([python, "-c", component_code(name)], env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        out = parse_component_output(proc.returncode, proc.stdout, proc.stderr)
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        out = parse_component_output(None, stdout, stderr, timed_out=True, timeout=timeout)
+    except OSError as exc:
+        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    out["seconds"] = round(time.monotonic() - started, 2)
+    return out
+
+
+def run_probe(python, pythonpath=None, components=DEFAULT_COMPONENTS, timeout=180, extra_env=None,
+              workers=3, runner=run_component):
+    """Probe every component with ``python``; returns {component: result} plus ``_meta``."""
+    env = probe_env(pythonpath, extra_env)
+    unknown = [c for c in components if c not in COMPONENTS]
+    if unknown:
+        raise ValueError(f"unknown probe components: {', '.join(unknown)} (known: {', '.join(COMPONENTS)})")
+    started = time.monotonic()
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, int(workers))) as pool:
+        futures = {pool.submit(runner, python, c, env, timeout): c for c in components}
+        for fut in concurrent.futures.as_completed(futures):
+            results[futures[fut]] = fut.result()
+    out = {c: results[c] for c in components}
+    out["_meta"] = {"python": python, "pythonpath": env.get("PYTHONPATH"), "timeout": timeout,
+                    "seconds": round(time.monotonic() - started, 2)}
+    return out
+
+
+def _version_tuple(text):
+    parts = []
+    for piece in str(text).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def gate(probe, driver_cuda_version=None, required=(), host=None):
+    """Problems that must fail the host (list of strings; empty = pass).
+
+    - torch built for a CUDA newer than the driver supports (names both);
+    - a required component that did not import (its exception text);
+    - xgrammar without StructuralTag when xgrammar is required (sglang imports it).
+    """
+    who = f"{host}: " if host else ""
+    problems = []
+    torch = probe.get("torch") or {}
+    if (torch.get("ok") and torch.get("cuda") and driver_cuda_version
+            and _version_tuple(torch["cuda"]) > _version_tuple(driver_cuda_version)):
+        problems.append(
+            f"{who}torch {torch.get('version')} is built for CUDA {torch['cuda']} but the driver "
+            f"supports CUDA {driver_cuda_version} at most: use a layer whose wheels match the driver "
+            f"(cuda <= {driver_cuda_version}) or upgrade the driver")
+    for name in required:
+        res = probe.get(name)
+        if res is None:
+            problems.append(f"{who}{name}: required but not probed")
+        elif not res.get("ok"):
+            problems.append(f"{who}{name}: {res.get('error')}")
+    xgr = probe.get("xgrammar") or {}
+    if "xgrammar" in required and xgr.get("ok") and not xgr.get("structural_tag"):
+        problems.append(f"{who}xgrammar {xgr.get('version')} has no StructuralTag (sglang needs it; "
+                        "pin xgrammar>=0.1.32 in the overlay)")
+    return problems
+
+
+def summary(probe):
+    """One line per component, for the play's output."""
+    lines = []
+    for name, res in probe.items():
+        if name.startswith("_"):
+            continue
+        if res.get("ok"):
+            facts = {k: v for k, v in res.items()
+                     if k in ("version", "cuda", "device_count", "common_ops", "structural_tag",
+                              "libsndfile", "speculative_algorithms")}
+            lines.append(f"{name}: ok {json.dumps(facts, sort_keys=True)}")
+        else:
+            lines.append(f"{name}: FAILED {res.get('error')}")
+    return lines
