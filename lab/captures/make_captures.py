@@ -240,40 +240,40 @@ PROC_VERSION = {
 }
 
 HOSTS = {
-    "ct129": dict(
-        date="Mon Nov 30 04:58:12 2026", driver="580.82.09", cuda="13.0", name="NVIDIA RTX A6000",
-        brand="NVIDIA RTX", arch="Ampere", sm="8.6", total=49140, reserved=486, ecc="Disabled",
-        ecc_cell="Off", fan="30%", cap=300, cap_min=100, tmax=98, bar1=65536, vbios="94.02.5C.00.01",
-        board_part="900-5G133-2200-000", gpu_part="2230-880-A1", pci_device_id="223010DE",
-        pci_sub_system_id="145910DE", pci_sub_class=0, pcie_gen=4, nvcc="13.0",
-        torch={"version": "2.11.0+cu130", "cuda": "13.0", "available": True, "device_count": 2,
+    "ct129": {
+        "date": "Mon Nov 30 04:58:12 2026", "driver": "580.82.09", "cuda": "13.0", "name": "NVIDIA RTX A6000",
+        "brand": "NVIDIA RTX", "arch": "Ampere", "sm": "8.6", "total": 49140, "reserved": 486, "ecc": "Disabled",
+        "ecc_cell": "Off", "fan": "30%", "cap": 300, "cap_min": 100, "tmax": 98, "bar1": 65536, "vbios": "94.02.5C.00.01",
+        "board_part": "900-5G133-2200-000", "gpu_part": "2230-880-A1", "pci_device_id": "223010DE",
+        "pci_sub_system_id": "145910DE", "pci_sub_class": 0, "pcie_gen": 4, "nvcc": "13.0",
+        "torch": {"version": "2.11.0+cu130", "cuda": "13.0", "available": True, "device_count": 2,
                "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120"]},
-        toolkits=[{"path": "/usr/local/cuda-13.0", "version": "13.0"}], glibc="2.39",
-        gpus=[
-            dict(index=0, bus="00000000:01:00.0", temp=33, perf="P8", power=21, used=1, util=0, procs=[]),
-            dict(index=1, bus="00000000:81:00.0", temp=30, perf="P8", power=17, used=1, util=0, procs=[]),
-        ]),
-    "ct200": dict(
-        date="Mon Nov 30 04:58:31 2026", driver="580.95.05", cuda="13.0",
-        name="NVIDIA RTX PRO 6000 Blackwell Server Edition", brand="NVIDIA RTX", arch="Blackwell",
-        sm="12.0", total=97887, reserved=653, ecc="Enabled", ecc_cell="0", fan="N/A", cap=600,
-        cap_min=150, tmax=95, bar1=131072, vbios="98.02.52.00.02", board_part="900-2G153-0000-000",
-        gpu_part="2BB5-895-A1", pci_device_id="2BB510DE", pci_sub_system_id="204E10DE", pci_sub_class=2,
-        pcie_gen=5, nvcc="12.8",
-        torch={"version": "2.11.0+cu128", "cuda": "12.8", "available": True, "device_count": 8,
+        "toolkits": [{"path": "/usr/local/cuda-13.0", "version": "13.0"}], "glibc": "2.39",
+        "gpus": [
+            {"index": 0, "bus": "00000000:01:00.0", "temp": 33, "perf": "P8", "power": 21, "used": 1, "util": 0, "procs": []},
+            {"index": 1, "bus": "00000000:81:00.0", "temp": 30, "perf": "P8", "power": 17, "used": 1, "util": 0, "procs": []},
+        ]},
+    "ct200": {
+        "date": "Mon Nov 30 04:58:31 2026", "driver": "580.95.05", "cuda": "13.0",
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "brand": "NVIDIA RTX", "arch": "Blackwell",
+        "sm": "12.0", "total": 97887, "reserved": 653, "ecc": "Enabled", "ecc_cell": "0", "fan": "N/A", "cap": 600,
+        "cap_min": 150, "tmax": 95, "bar1": 131072, "vbios": "98.02.52.00.02", "board_part": "900-2G153-0000-000",
+        "gpu_part": "2BB5-895-A1", "pci_device_id": "2BB510DE", "pci_sub_system_id": "204E10DE", "pci_sub_class": 2,
+        "pcie_gen": 5, "nvcc": "12.8",
+        "torch": {"version": "2.11.0+cu128", "cuda": "12.8", "available": True, "device_count": 8,
                "arch_list": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]},
-        toolkits=[{"path": "/usr/local/cuda-12.8", "version": "12.8"}], glibc="2.39",
-        gpus=[
-            dict(index=0, bus="00000000:18:00.0", temp=44, perf="P1", power=97, used=60627, util=0,
-                 procs=[dict(pid=2381466, name="/root/venv/bin/python3", mib=60616)]),
-            dict(index=1, bus="00000000:2A:00.0", temp=29, perf="P8", power=31, used=0, util=0, procs=[]),
-            dict(index=2, bus="00000000:3A:00.0", temp=30, perf="P8", power=30, used=0, util=0, procs=[]),
-            dict(index=3, bus="00000000:5D:00.0", temp=28, perf="P8", power=29, used=0, util=0, procs=[]),
-            dict(index=4, bus="00000000:9A:00.0", temp=31, perf="P8", power=32, used=0, util=0, procs=[]),
-            dict(index=5, bus="00000000:AB:00.0", temp=29, perf="P8", power=30, used=0, util=0, procs=[]),
-            dict(index=6, bus="00000000:BA:00.0", temp=30, perf="P8", power=31, used=0, util=0, procs=[]),
-            dict(index=7, bus="00000000:DB:00.0", temp=28, perf="P8", power=29, used=0, util=0, procs=[]),
-        ]),
+        "toolkits": [{"path": "/usr/local/cuda-12.8", "version": "12.8"}], "glibc": "2.39",
+        "gpus": [
+            {"index": 0, "bus": "00000000:18:00.0", "temp": 44, "perf": "P1", "power": 97, "used": 60627, "util": 0,
+                 "procs": [{"pid": 2381466, "name": "/root/venv/bin/python3", "mib": 60616}]},
+            {"index": 1, "bus": "00000000:2A:00.0", "temp": 29, "perf": "P8", "power": 31, "used": 0, "util": 0, "procs": []},
+            {"index": 2, "bus": "00000000:3A:00.0", "temp": 30, "perf": "P8", "power": 30, "used": 0, "util": 0, "procs": []},
+            {"index": 3, "bus": "00000000:5D:00.0", "temp": 28, "perf": "P8", "power": 29, "used": 0, "util": 0, "procs": []},
+            {"index": 4, "bus": "00000000:9A:00.0", "temp": 31, "perf": "P8", "power": 32, "used": 0, "util": 0, "procs": []},
+            {"index": 5, "bus": "00000000:AB:00.0", "temp": 29, "perf": "P8", "power": 30, "used": 0, "util": 0, "procs": []},
+            {"index": 6, "bus": "00000000:BA:00.0", "temp": 30, "perf": "P8", "power": 31, "used": 0, "util": 0, "procs": []},
+            {"index": 7, "bus": "00000000:DB:00.0", "temp": 28, "perf": "P8", "power": 29, "used": 0, "util": 0, "procs": []},
+        ]},
 }
 
 

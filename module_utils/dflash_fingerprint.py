@@ -1,0 +1,1076 @@
+#!/usr/bin/env python3
+"""GPU host fingerprint: collect, capture, replay and parse; compatibility gate.
+
+Pure functions, no Ansible import. Used by library/gpu_fingerprint.py (as
+``ansible.module_utils.dflash_fingerprint``), by the unit tests (``import dflash_fingerprint``),
+and as a plain CLI on machines without Ansible:
+
+    python3 module_utils/dflash_fingerprint.py --capture-dir DIR [--venv-python PY]
+    python3 module_utils/dflash_fingerprint.py --replay-dir DIR
+
+A host's raw outputs are a dict ``{file name: text}`` in the capture-folder format
+(docs/design.md, issue 3): nvidia-smi.txt, nvidia-smi-query.csv, nvidia-smi-apps.csv,
+nvidia-smi-q.xml, proc-driver-nvidia-version.txt, nvcc-version.txt, torch.json, os-release,
+plus glibc-version.txt, cuda-toolkits.json and capture-meta.json (commands, exit codes, errors).
+``fingerprint_from_raw`` turns any subset of them into the ``dflash_fingerprint`` fact, taking
+each field from the richest source that has it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+# ----------------------------------------------------------------------------------------------
+# Reference tables
+# ----------------------------------------------------------------------------------------------
+
+QUERY_FIELDS = "index,name,uuid,pci.bus_id,compute_cap,driver_version,memory.total,memory.used"
+QUERY_FIELDS_OLD = "index,name,uuid,pci.bus_id,driver_version,memory.total,memory.used"
+APPS_FIELDS = "gpu_uuid,pid,process_name,used_memory"
+
+FILES = (
+    "nvidia-smi.txt", "nvidia-smi-query.csv", "nvidia-smi-apps.csv", "nvidia-smi-q.xml",
+    "proc-driver-nvidia-version.txt", "nvcc-version.txt", "torch.json", "os-release",
+    "glibc-version.txt", "cuda-toolkits.json", "capture-meta.json",
+)
+
+# NVIDIA, "CUDA Toolkit and Corresponding Driver Versions" (CUDA Toolkit release notes, Table 3,
+# https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html): minimum Linux x86_64
+# driver of each CUDA minor release (GA).
+MIN_DRIVER = {
+    "13.2": "595.45.04", "13.1": "590.44.01", "13.0": "580.65.06",
+    "12.9": "575.51.03", "12.8": "570.26", "12.6": "560.28.03", "12.5": "555.42.02",
+    "12.4": "550.54.14", "12.3": "545.23.06", "12.2": "535.54.03", "12.1": "530.30.02",
+    "12.0": "525.60.13", "11.8": "520.61.05", "11.7": "515.43.04", "11.6": "510.39.01",
+    "11.5": "495.29.05", "11.4": "470.42.01", "11.3": "465.19.01", "11.2": "460.27.03",
+    "11.1": "455.23", "11.0": "450.36.06", "10.2": "440.33", "10.1": "418.39", "10.0": "410.48",
+}
+# Minor version compatibility (NVIDIA CUDA Compatibility guide): a binary built with any 12.x
+# runs on a driver >= the 12.0 GA floor, 13.x on >= 580, 11.x on >= 450.80.02 (with limits:
+# no PTX JIT of newer PTX). Only used when the gate is told to allow it.
+MINOR_COMPAT_DRIVER = {"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}
+
+# Lowest CUDA release that can build for / run on an SM (native SASS), and the highest CUDA
+# major that still supports it (CUDA 13.0 dropped Maxwell, Pascal and Volta).
+SM_MIN_CUDA = {
+    "3.5": "5.0", "3.7": "6.5", "5.0": "6.0", "5.2": "6.5", "5.3": "6.5", "6.0": "8.0",
+    "6.1": "8.0", "6.2": "8.0", "7.0": "9.0", "7.2": "9.2", "7.5": "10.0", "8.0": "11.0",
+    "8.6": "11.1", "8.7": "11.4", "8.9": "11.8", "9.0": "11.8", "10.0": "12.8", "10.1": "12.8",
+    "10.3": "12.9", "11.0": "13.0", "12.0": "12.8", "12.1": "12.9",
+}
+SM_MAX_CUDA_MAJOR = {"3": 11, "5": 12, "6": 12, "7.0": 12, "7.2": 12}
+
+ARCH_BY_SM = {
+    "3": "kepler", "5": "maxwell", "6": "pascal", "7.0": "volta", "7.2": "volta", "7.5": "turing",
+    "8.0": "ampere", "8.6": "ampere", "8.7": "ampere", "8.9": "ada", "9": "hopper",
+    "10": "blackwell", "11": "blackwell", "12": "blackwell",
+}
+ARCH_NAMES = {  # nvidia-smi -q product_architecture -> family
+    "kepler": "kepler", "maxwell": "maxwell", "pascal": "pascal", "volta": "volta",
+    "turing": "turing", "ampere": "ampere", "ada lovelace": "ada", "ada": "ada",
+    "hopper": "hopper", "blackwell": "blackwell",
+}
+
+# GPU name -> SM, for drivers too old for the compute_cap query (< 510) and for sources that
+# have no SM (the -q XML, the plain table). Patterns also match the plain table's truncated
+# names ("NVIDIA RTX PRO 6000 Blac...", "Tesla V100-SXM2...", "NVIDIA GeForce RTX 5090 ...").
+# First match wins; the more specific patterns come first.
+NAME_SM = [
+    (r"\bGB10\b", "12.1"),
+    (r"RTX PRO \d+", "12.0"),
+    (r"RTX 50\d0", "12.0"),
+    (r"\bG?B300\b", "10.3"),
+    (r"\bG?B[12]00\b", "10.0"),
+    (r"\bThor\b", "11.0"),
+    (r"\bG?H(100|200|800|20)\b|\bH20[ -]|\bGH200\b", "9.0"),
+    (r"RTX \d+ Ada|RTX \d+ SFF Ada|\bL40S?\b|\bL4\b|\bL20\b|\bL2\b|RTX 40\d0|RTX 2000E? Ada", "8.9"),
+    (r"\bA100\b|\bA800\b|\bA30\b|A100-|A800-|\bA100X\b", "8.0"),
+    (r"\bOrin\b", "8.7"),
+    (r"RTX A\d+|\bA40\b|\bA10G?\b|\bA16\b|\bA2\b|\bA10M\b|RTX 30\d0|\bA6000\b", "8.6"),
+    (r"Quadro RTX|TITAN RTX|RTX 20\d0|GTX 16\d0|\bT4\b|\bT4G\b|\bT1000\b|\bT400\b|\bT600\b|\bT[1-2]200\b", "7.5"),
+    (r"V100|TITAN V\b|Quadro GV100", "7.0"),
+    (r"P100", "6.0"),
+    (r"\bP40\b|\bP4\b|\bP6\b|GTX 10\d0|TITAN Xp|TITAN X \(Pascal\)|Quadro P\d+", "6.1"),
+    (r"\bM60\b|\bM40\b|GTX 9\d0|TITAN X\b|Quadro M\d+", "5.2"),
+    (r"\bK80\b", "3.7"),
+    (r"\bK40\b|\bK20X?\b", "3.5"),
+]
+
+# Driver branch -> highest CUDA it supports (used when nvidia-smi prints "CUDA Version: N/A").
+BRANCH_CUDA = [
+    (595, "13.2"), (590, "13.1"), (580, "13.0"), (575, "12.9"), (570, "12.8"), (560, "12.6"),
+    (555, "12.5"), (550, "12.4"), (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"),
+    (520, "11.8"), (515, "11.7"), (510, "11.6"), (495, "11.5"), (470, "11.4"), (465, "11.3"),
+    (460, "11.2"), (455, "11.1"), (450, "11.0"), (440, "10.2"), (418, "10.1"), (410, "10.0"),
+]
+
+BUSY_THRESHOLD_MIB = 1024
+
+# ----------------------------------------------------------------------------------------------
+# Small helpers
+# ----------------------------------------------------------------------------------------------
+
+_BAD_VALUE = re.compile(r"ERR!|Unknown Error|GPU is lost|requires reset|\[Unknown|Not Found", re.IGNORECASE)
+_NA = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "err!", "none"}
+
+
+def vtuple(version) -> tuple:
+    """'580.95.05' -> (580, 95, 5); '12.8' -> (12, 8); None/garbage -> ()."""
+    if version is None:
+        return ()
+    return tuple(int(p) for p in re.findall(r"\d+", str(version))[:4])
+
+
+def version_ge(a, b) -> bool:
+    ta, tb = vtuple(a), vtuple(b)
+    n = max(len(ta), len(tb))
+    return ta + (0,) * (n - len(ta)) >= tb + (0,) * (n - len(tb))
+
+
+def _clean(value):
+    if value is None:
+        return None
+    value = str(value).strip()
+    return None if value.lower() in _NA else value
+
+
+def _int(value):
+    value = _clean(value)
+    if value is None:
+        return None
+    m = re.match(r"^\s*(\d+)\s*(MiB)?\s*$", value)
+    return int(m.group(1)) if m else None
+
+
+def norm_bus_id(bus) -> str | None:
+    """'0000:3B:00.0' / '00000000:3b:00.0' / '3B:00.0' -> '00000000:3B:00.0'."""
+    bus = _clean(bus)
+    if not bus:
+        return None
+    m = re.search(r"(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])", bus)
+    if not m:
+        return None
+    dom, b, d, f = m.groups()
+    return f"{int(dom or '0', 16):08X}:{int(b, 16):02X}:{int(d, 16):02X}.{f}"
+
+
+def sm_from_name(name) -> str | None:
+    if not name:
+        return None
+    for pattern, sm in NAME_SM:
+        if re.search(pattern, name, re.IGNORECASE):
+            return sm
+    return None
+
+
+def arch_of(sm, hint=None) -> str | None:
+    if sm:
+        major = sm.split(".")[0]
+        return ARCH_BY_SM.get(sm) or ARCH_BY_SM.get(major)
+    if hint:
+        return ARCH_NAMES.get(str(hint).strip().lower())
+    return None
+
+
+def cuda_of_driver(driver_version) -> str | None:
+    t = vtuple(driver_version)
+    if not t:
+        return None
+    for branch, cuda in BRANCH_CUDA:
+        if t[0] >= branch:
+            return cuda
+    return None
+
+
+def _range_text(indexes) -> str:
+    idx = sorted(i for i in indexes if i is not None)
+    if not idx:
+        return "none"
+    out, start, prev = [], idx[0], idx[0]
+    for i in idx[1:] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Error texts printed by nvidia-smi instead of data
+# ----------------------------------------------------------------------------------------------
+
+_ERROR_PATTERNS = [
+    (r"Driver/library version mismatch", ("driver/library version mismatch (NVML and kernel module differ; "
+                                          "reboot or reload the nvidia module)")),
+    (r"couldn't communicate with the NVIDIA driver", ("nvidia-smi cannot communicate with the NVIDIA driver "
+                                                      "(driver not loaded or not installed)")),
+    (r"No devices were found", "no NVIDIA devices were found"),
+    (r"Failed to initialize NVML: (.+)", "failed to initialize NVML: {0}"),
+    (r"NVML Shared Library Not Found", "NVML library not found (driver user-space not installed)"),
+    (r"(?:nvidia-smi|command)[^\n]*not found|No such file or directory", "nvidia-smi not found"),
+    (r"Insufficient Permissions", "insufficient permissions to query the GPUs"),
+]
+
+
+def smi_error(text) -> str | None:
+    """The reason nvidia-smi printed instead of data, or None when the text holds data."""
+    if not text:
+        return None
+    head = "\n".join(line for line in text.splitlines()[:12])
+    if re.search(r"NVIDIA-SMI \d|<nvidia_smi_log>|^\s*\d+\s*,", head, re.MULTILINE):
+        return None
+    for pattern, message in _ERROR_PATTERNS:
+        m = re.search(pattern, head)
+        if m:
+            return message.format(*(g.strip() for g in m.groups()))
+    return None
+
+
+def unreachable_gpus(text) -> list[dict]:
+    """'Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error' lines."""
+    out = []
+    for m in re.finditer(r"Unable to determine the device handle for (?:GPU\s*)?([0-9A-Fa-f:.]+):?\s*([^\n]*)",
+                         text or ""):
+        out.append({"pci_bus_id": norm_bus_id(m.group(1)), "problem":
+                    "Unable to determine the device handle" + (f": {m.group(2).strip()}" if m.group(2).strip()
+                                                               else "")})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsers: one per source, each returns plain dicts
+# ----------------------------------------------------------------------------------------------
+
+def parse_query_csv(text) -> list[dict]:
+    """--query-gpu CSV (8 fields with compute_cap, or 7 without for drivers < 510)."""
+    gpus = []
+    for line in (text or "").splitlines():
+        if not line.strip() or line.lower().startswith("index"):
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if not re.match(r"^\d+$", cells[0] or ""):
+            continue
+        n = len(cells)
+        if n >= 8:
+            extra = n - 8  # a name with commas
+            name = ", ".join(cells[1:2 + extra])
+            rest = cells[2 + extra:]
+            uuid, bus, cc, driver, total, used = rest[:6]
+        elif n == 7:
+            name, uuid, bus, driver, total, used = cells[1:7]
+            cc = None
+        else:
+            continue
+        bad = [c for c in cells if _BAD_VALUE.search(c)]
+        sm = _clean(cc)
+        if sm and not re.match(r"^\d+\.\d+$", sm):
+            sm = None
+        gpus.append({
+            "index": int(cells[0]), "name": _clean(name), "uuid": _clean(uuid),
+            "pci_bus_id": norm_bus_id(bus), "sm": sm, "driver_version": _clean(driver),
+            "memory_total_mib": _int(total), "memory_used_mib": _int(used),
+            "problem": ("nvidia-smi reports " + ", ".join(sorted(set(bad)))) if bad else None,
+        })
+    return gpus
+
+
+def parse_apps_csv(text) -> list[dict]:
+    """--query-compute-apps CSV -> [{gpu_uuid, pid, name, used_mib}]."""
+    procs = []
+    for line in (text or "").splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 4 or not cells[0].upper().startswith(("GPU-", "MIG-")):
+            continue
+        used = cells[-1]
+        name = ", ".join(cells[2:-1])
+        procs.append({"gpu_uuid": cells[0], "pid": _int(cells[1]), "name": _clean(name),
+                      "used_mib": _int(used), "type": "C"})
+    return procs
+
+
+def parse_smi_xml(text) -> dict:
+    """nvidia-smi -q -x -> {driver_version, cuda_version, gpus: [...]} (or {error})."""
+    if not text or "<nvidia_smi_log" not in text:
+        return {"error": smi_error(text) or "no XML output", "gpus": []}
+    body = re.sub(r"<!DOCTYPE[^>]*>", "", text)
+    try:
+        root = ET.fromstring(body.strip())
+    except ET.ParseError as exc:
+        return {"error": f"unparsable nvidia-smi -q -x output: {exc}", "gpus": []}
+
+    def txt(node, path):
+        el = node.find(path)
+        return el.text.strip() if el is not None and el.text else None
+
+    out = {"driver_version": _clean(txt(root, "driver_version")),
+           "cuda_version": _clean(txt(root, "cuda_version")), "gpus": []}
+    for pos, g in enumerate(root.findall("gpu")):
+        bus = norm_bus_id(g.get("id")) or norm_bus_id(txt(g, "pci/pci_bus_id"))
+        values = [el.text.strip() for el in g.iter() if el.text and el.text.strip()]
+        bad = sorted({v for v in values if v in ("ERR!", "Unknown Error", "GPU is lost")})
+        problem = None
+        if bad:
+            problem = "nvidia-smi reports " + ", ".join(bad)
+        if (txt(g, "gpu_reset_status/reset_required") or "").lower() == "yes":
+            problem = "GPU requires reset"
+        if (txt(g, "retired_pages/pending_retirement") or "").lower() == "yes":
+            problem = (problem + "; " if problem else "") + "retired pages pending (reset needed)"
+        if (txt(g, "remapped_rows/remapping_failure_occurred") or "").lower() == "yes":
+            problem = (problem + "; " if problem else "") + "row remapping failure"
+        procs = []
+        for p in g.findall("processes/process_info"):
+            procs.append({"pid": _int(txt(p, "pid")), "name": _clean(txt(p, "process_name")),
+                          "used_mib": _int(txt(p, "used_memory")), "type": _clean(txt(p, "type"))})
+        minor = _int(txt(g, "minor_number"))
+        out["gpus"].append({
+            "position": pos, "minor_number": minor, "name": _clean(txt(g, "product_name")),
+            "arch_hint": _clean(txt(g, "product_architecture")), "uuid": _clean(txt(g, "uuid")),
+            "pci_bus_id": bus, "memory_total_mib": _int(txt(g, "fb_memory_usage/total")),
+            "memory_used_mib": _int(txt(g, "fb_memory_usage/used")), "processes": procs,
+            "problem": problem,
+        })
+    return out
+
+
+_ROW1 = re.compile(
+    r"^\|\s*(\d+)\s+(.*?)\s+(On|Off|N/A|ERR!|WDDM|TCC)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
+    r"\s+(\S+)\s*\|\s*(.*?)\s*\|\s*$")
+_MEM = re.compile(r"\|\s*(\d+|ERR!)\s*MiB\s*/\s*(\d+|ERR!)\s*MiB\s*\||\|\s*(ERR!|N/A)\s*/\s*(\d+)MiB\s*\|")
+_PROC = re.compile(
+    r"^\|\s+(\d+)\s+(?:(\S+)\s+(\S+)\s+)?(\d+)\s+(C\+G|M\+C|C|G|M)\s+(.*?)\s+(\d+MiB|N/A)\s*\|\s*$")
+
+
+def parse_smi_table(text) -> dict:
+    """Plain `nvidia-smi` (old 79-column and new 89-column layouts)."""
+    out = {"driver_version": None, "cuda_version": None, "gpus": [], "processes": [],
+           "error": smi_error(text), "unreachable": unreachable_gpus(text)}
+    if not text:
+        return out
+    m = re.search(r"Driver Version:\s*([0-9.]+)", text)
+    out["driver_version"] = m.group(1) if m else None
+    m = re.search(r"CUDA Version:\s*([0-9.]+|N/A)", text)
+    out["cuda_version"] = _clean(m.group(1)) if m else None
+    lines = text.splitlines()
+    in_procs = False
+    current = None
+    for line in lines:
+        if re.match(r"^\|\s*Processes:", line):
+            in_procs = True
+            continue
+        if in_procs:
+            pm = _PROC.match(line)
+            if pm:
+                gpu, _gi, _ci, pid, ptype, pname, mem = pm.groups()
+                out["processes"].append({"gpu_index": int(gpu), "pid": int(pid), "type": ptype,
+                                         "name": pname.strip() or None, "used_mib": _int(mem.replace("MiB", ""))})
+            continue
+        r1 = _ROW1.match(line)
+        if r1:
+            idx, name, _pm, bus, _disp, _ecc = r1.groups()
+            current = {"index": int(idx), "name": name.strip(), "pci_bus_id": norm_bus_id(bus),
+                       "memory_total_mib": None, "memory_used_mib": None,
+                       "truncated_name": name.strip().endswith("..."), "bad": []}
+            if _BAD_VALUE.search(line):
+                current["bad"].append(line)
+            out["gpus"].append(current)
+            continue
+        if current is not None and line.startswith("|") and "MiB" in line and current["memory_total_mib"] is None:
+            mm = re.search(r"(\d+|ERR!)\s*MiB\s*/\s*(\d+|ERR!)\s*MiB", line) or \
+                re.search(r"(ERR!|N/A)\s*/\s*(\d+)\s*MiB", line)
+            if mm:
+                current["memory_used_mib"] = _int(mm.group(1))
+                current["memory_total_mib"] = _int(mm.group(2))
+            if _BAD_VALUE.search(line):
+                current["bad"].append(line)
+            continue
+        if current is not None and line.startswith("|") and _BAD_VALUE.search(line):
+            current["bad"].append(line)
+    for g in out["gpus"]:
+        bad = g.pop("bad")
+        reasons = sorted({m.group(0) for b in bad for m in _BAD_VALUE.finditer(b)})
+        if "ERR!" in g["name"] or g["name"] in ("", "Unknown"):
+            g["name"] = None
+        g["problem"] = ("nvidia-smi reports " + ", ".join(reasons)) if reasons else None
+    return out
+
+
+def parse_proc_version(text) -> str | None:
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text or "")
+    return m.group(1) if m else None
+
+
+def parse_nvcc(text) -> str | None:
+    m = re.search(r"release\s+(\d+\.\d+)", text or "")
+    return m.group(1) if m else None
+
+
+def parse_os_release(text) -> str | None:
+    fields = {}
+    for line in (text or "").splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            fields[k.strip()] = v.strip().strip('"')
+    return fields.get("PRETTY_NAME") or (" ".join(filter(None, [fields.get("NAME"), fields.get("VERSION_ID")]))
+                                         or None)
+
+
+def parse_glibc(text) -> str | None:
+    m = re.search(r"(\d+\.\d+)", text or "")
+    return m.group(1) if m else None
+
+
+def parse_torch(text) -> dict | None:
+    if not text or not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {"version": None, "cuda": None, "available": False, "error": text.strip()[-300:]}
+    if not isinstance(data, dict):
+        return None
+    return data
+
+
+# ----------------------------------------------------------------------------------------------
+# Merge: raw outputs -> the dflash_fingerprint fact
+# ----------------------------------------------------------------------------------------------
+
+def fingerprint_from_raw(raw: dict) -> dict:
+    """Build the fact from a host's raw outputs (any subset of FILES)."""
+    raw = {k: v for k, v in (raw or {}).items() if v is not None}
+    meta = {}
+    if raw.get("capture-meta.json"):
+        try:
+            meta = json.loads(raw["capture-meta.json"])
+        except ValueError:
+            meta = {}
+    errors = dict(meta.get("errors") or {})
+    problems: list[str] = []
+    sources: list[str] = []
+
+    table = parse_smi_table(raw.get("nvidia-smi.txt")) if "nvidia-smi.txt" in raw else None
+    xml = parse_smi_xml(raw.get("nvidia-smi-q.xml")) if "nvidia-smi-q.xml" in raw else None
+    query_text = raw.get("nvidia-smi-query.csv")
+    query = parse_query_csv(query_text) if query_text is not None else None
+    query_err = smi_error(query_text) if query_text else None
+    apps_text = raw.get("nvidia-smi-apps.csv")
+    apps = parse_apps_csv(apps_text) if apps_text is not None and not smi_error(apps_text) else None
+    proc_driver = parse_proc_version(raw.get("proc-driver-nvidia-version.txt"))
+
+    # The host-level reason when nvidia-smi gave no data.
+    smi_errors = []
+    for label, err in (("nvidia-smi", table and table["error"]), ("nvidia-smi --query-gpu", query_err),
+                       ("nvidia-smi -q -x", xml and xml.get("error") if xml and not xml["gpus"] else None)):
+        if err and err not in smi_errors:
+            smi_errors.append(err)
+    for fname, err in errors.items():
+        if fname.startswith("nvidia-smi") and err and err not in smi_errors:
+            smi_errors.append(err)
+
+    if query:
+        sources.append("nvidia-smi-query.csv")
+    if xml and xml["gpus"]:
+        sources.append("nvidia-smi-q.xml")
+    if table and table["gpus"]:
+        sources.append("nvidia-smi.txt")
+    if apps is not None:
+        sources.append("nvidia-smi-apps.csv")
+
+    # --- GPUs: key by PCI bus id; the query CSV is the base, XML and table fill gaps.
+    gpus: dict[str, dict] = {}
+    order: list[str] = []
+
+    def slot(bus, index=None):
+        key = bus or f"index:{index}"
+        if key not in gpus:
+            gpus[key] = {"index": index, "name": None, "uuid": None, "pci_bus_id": bus, "sm": None,
+                         "sm_source": None, "arch": None, "arch_hint": None, "memory_total_mib": None,
+                         "memory_used_mib": None, "processes": None, "problems": []}
+            order.append(key)
+        return gpus[key]
+
+    for q in query or []:
+        g = slot(q["pci_bus_id"], q["index"])
+        for k in ("name", "uuid", "memory_total_mib", "memory_used_mib"):
+            g[k] = q[k]
+        if q["sm"]:
+            g["sm"], g["sm_source"] = q["sm"], "compute_cap"
+        if q["problem"]:
+            g["problems"].append(q["problem"])
+    table_by_bus = {t["pci_bus_id"]: t for t in (table or {}).get("gpus", [])}
+    for pos, x in enumerate((xml or {}).get("gpus", [])):
+        t = table_by_bus.get(x["pci_bus_id"])
+        index = t["index"] if t else None
+        if index is None and not query and not table_by_bus:
+            index = pos
+        g = slot(x["pci_bus_id"], index)
+        if g["index"] is None:
+            g["index"] = index
+        for k in ("name", "uuid", "memory_total_mib", "memory_used_mib"):
+            if g[k] is None:
+                g[k] = x[k]
+        g["arch_hint"] = x["arch_hint"]
+        if x["problem"]:
+            g["problems"].append(x["problem"])
+        if apps is None:
+            g["processes"] = x["processes"]
+    for t in (table or {}).get("gpus", []):
+        g = slot(t["pci_bus_id"], t["index"])
+        if g["index"] is None:
+            g["index"] = t["index"]
+        if g["name"] is None and t["name"]:
+            g["name"] = t["name"]
+        for k in ("memory_total_mib", "memory_used_mib"):
+            if g[k] is None:
+                g[k] = t[k]
+        if t["problem"]:
+            g["problems"].append(t["problem"])
+    for u in (table or {}).get("unreachable", []) + unreachable_gpus(query_text) + \
+            unreachable_gpus(raw.get("nvidia-smi-q.xml")):
+        g = slot(u["pci_bus_id"])
+        g["problems"].append(u["problem"])
+
+    # Processes: compute-apps CSV (by uuid) > XML (per GPU) > table (by index).
+    by_uuid = {}
+    for p in apps or []:
+        by_uuid.setdefault(p["gpu_uuid"], []).append({k: p[k] for k in ("pid", "name", "used_mib", "type")})
+    table_procs = {}
+    for p in (table or {}).get("processes", []):
+        table_procs.setdefault(p["gpu_index"], []).append({k: p[k] for k in ("pid", "name", "used_mib", "type")})
+    for g in gpus.values():
+        if apps is not None:
+            g["processes"] = by_uuid.get(g["uuid"], [])
+        elif g["processes"] is None:
+            g["processes"] = table_procs.get(g["index"], []) if table else []
+
+    out_gpus = []
+    for key in order:
+        g = gpus[key]
+        if not g["sm"]:
+            sm = sm_from_name(g["name"])
+            if sm:
+                g["sm"], g["sm_source"] = sm, "name"
+        g["arch"] = arch_of(g["sm"]) or arch_of(None, g["arch_hint"])
+        if g["sm"] is None and g["name"]:
+            g["problems"].append(f"unknown SM for GPU name {g['name']!r}")
+        if g["memory_total_mib"] is None and not g["problems"]:
+            g["problems"].append("memory size unreadable")
+        hard = [p for p in g["problems"] if not p.startswith("unknown SM")]
+        out_gpus.append({
+            "index": g["index"], "name": g["name"], "uuid": g["uuid"], "pci_bus_id": g["pci_bus_id"],
+            "sm": g["sm"], "arch": g["arch"], "memory_total_mib": g["memory_total_mib"],
+            "memory_used_mib": g["memory_used_mib"],
+            "processes": sorted(g["processes"] or [], key=lambda p: (p["pid"] is None, p["pid"] or 0)),
+            "healthy": not hard, "problem": "; ".join(g["problems"]) or None,
+            "sm_source": g["sm_source"],
+        })
+    out_gpus.sort(key=lambda g: (g["index"] is None, g["index"] if g["index"] is not None else 0,
+                                 g["pci_bus_id"] or ""))
+
+    # --- Driver and its CUDA.
+    driver = next((v for v in (
+        next((q["driver_version"] for q in query or [] if q["driver_version"]), None),
+        xml and xml.get("driver_version"), table and table["driver_version"], proc_driver) if v), None)
+    if driver and proc_driver and vtuple(proc_driver) != vtuple(driver):
+        problems.append(f"driver/library version mismatch: kernel module {proc_driver}, NVML {driver}")
+    if proc_driver:
+        sources.append("proc-driver-nvidia-version.txt")
+    driver_cuda = (xml and xml.get("cuda_version")) or (table and table["cuda_version"])
+    if driver_cuda is None and driver:
+        inferred = cuda_of_driver(driver)
+        if inferred:
+            driver_cuda = inferred
+            problems.append(f"driver CUDA version not reported (CUDA Version: N/A); inferred {inferred} "
+                            f"from driver {driver}")
+
+    problems.extend(smi_errors)
+    if not any(k in raw for k in ("nvidia-smi.txt", "nvidia-smi-query.csv", "nvidia-smi-q.xml")) \
+            and not smi_errors:
+        problems.append("no nvidia-smi output (nvidia-smi not found or not captured)")
+    if not out_gpus and not smi_errors and any(
+            k in raw for k in ("nvidia-smi.txt", "nvidia-smi-query.csv", "nvidia-smi-q.xml")):
+        problems.append("nvidia-smi listed no GPUs")
+    for g in out_gpus:
+        if not g["healthy"]:
+            problems.append(f"GPU {g['index'] if g['index'] is not None else g['pci_bus_id']}: {g['problem']}")
+
+    # --- Toolkits, nvcc, torch, OS.
+    nvcc_version = parse_nvcc(raw.get("nvcc-version.txt"))
+    if nvcc_version:
+        sources.append("nvcc-version.txt")
+    toolkits = []
+    if raw.get("cuda-toolkits.json"):
+        try:
+            for t in json.loads(raw["cuda-toolkits.json"]):
+                toolkits.append({"path": t.get("path"), "version": t.get("version")})
+            sources.append("cuda-toolkits.json")
+        except (ValueError, AttributeError, TypeError):
+            problems.append("unreadable cuda-toolkits.json")
+    torch = parse_torch(raw.get("torch.json")) if "torch.json" in raw else None
+    if torch is not None:
+        sources.append("torch.json")
+        if torch.get("error"):
+            problems.append(f"torch probe failed: {torch['error']}")
+    os_name = parse_os_release(raw.get("os-release"))
+    if os_name:
+        sources.append("os-release")
+    glibc = parse_glibc(raw.get("glibc-version.txt"))
+    if glibc:
+        sources.append("glibc-version.txt")
+
+    return {
+        "gpu_count": len(out_gpus),
+        "gpus": out_gpus,
+        "driver_version": driver,
+        "driver_cuda_version": driver_cuda,
+        "cuda_toolkits": toolkits,
+        "nvcc_version": nvcc_version,
+        "torch": torch,
+        "os": os_name,
+        "glibc": glibc,
+        "sources": sources,
+        "problems": problems,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Collection (live) and capture/replay folders
+# ----------------------------------------------------------------------------------------------
+
+TORCH_PROBE = (
+    "import json\n"
+    "try:\n"
+    "    import torch\n"
+    "    d = {'version': torch.__version__, 'cuda': torch.version.cuda}\n"
+    "    try:\n"
+    "        d['available'] = bool(torch.cuda.is_available())\n"
+    "        d['device_count'] = torch.cuda.device_count() if d['available'] else 0\n"
+    "        d['arch_list'] = torch.cuda.get_arch_list() if d['available'] else []\n"
+    "    except Exception as e:\n"
+    "        d['available'] = False\n"
+    "        d['error'] = repr(e)[-300:]\n"
+    "except Exception as e:\n"
+    "    d = {'version': None, 'cuda': None, 'available': False, 'error': repr(e)[-300:]}\n"
+    "print(json.dumps(d))\n"
+)
+
+
+def _run(argv, timeout=60, env=None):
+    """-> (rc, combined output) ; rc None when the program does not exist."""
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                           env=env, check=False)
+    except FileNotFoundError:
+        return None, f"{argv[0]}: command not found"
+    except PermissionError as exc:
+        return None, f"{argv[0]}: {exc}"
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]}: timed out after {timeout}s"
+    return p.returncode, p.stdout.decode("utf-8", "replace")
+
+
+def find_toolkits(roots=("/usr/local",), nvcc_path=None) -> list[dict]:
+    """Every CUDA toolkit under /usr/local/cuda* plus the one of nvcc on PATH."""
+    seen, out = set(), []
+    candidates = []
+    for root in roots:
+        candidates += sorted(glob.glob(os.path.join(root, "cuda*")))
+    if nvcc_path:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc_path))))
+    for c in candidates:
+        real = os.path.realpath(c)
+        if real in seen or not os.path.isdir(real):
+            continue
+        version = None
+        vj = os.path.join(real, "version.json")
+        vt = os.path.join(real, "version.txt")
+        try:
+            if os.path.isfile(vj):
+                with open(vj, encoding="utf-8") as fh:
+                    version = json.load(fh).get("cuda", {}).get("version")
+            elif os.path.isfile(vt):
+                with open(vt, encoding="utf-8") as fh:
+                    version = (re.findall(r"(\d+\.\d+(?:\.\d+)?)", fh.read()) or [None])[0]
+        except (OSError, ValueError, AttributeError):
+            version = None
+        nvcc = os.path.join(real, "bin", "nvcc")
+        if version is None and os.access(nvcc, os.X_OK):
+            rc, text = _run([nvcc, "--version"], timeout=30)
+            version = parse_nvcc(text) if rc == 0 else None
+        if version is None and not os.path.exists(nvcc):
+            continue
+        seen.add(real)
+        short = ".".join(str(x) for x in vtuple(version)[:2]) if version else None
+        out.append({"path": c if os.path.islink(c) is False else real, "version": short,
+                    "full_version": version, "nvcc": nvcc if os.path.exists(nvcc) else None})
+    return out
+
+
+def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version",
+                nvidia_smi="nvidia-smi", toolkit_roots=("/usr/local",), timeout=60) -> dict:
+    """Run the tools on this host and return its raw outputs in the capture-folder format."""
+    raw: dict = {}
+    meta = {"commands": {}, "exit_codes": {}, "errors": {}, "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                          time.gmtime())}
+
+    def record(fname, argv, allow_fail=False):
+        rc, text = _run(argv, timeout=timeout)
+        meta["commands"][fname] = " ".join(argv)
+        meta["exit_codes"][fname] = rc
+        if rc is None:
+            meta["errors"][fname] = text
+            return None, text
+        if rc != 0:
+            meta["errors"][fname] = smi_error(text) or text.strip()[-300:]
+        raw[fname] = text
+        return rc, text
+
+    smi = shutil.which(nvidia_smi) or (nvidia_smi if os.path.isabs(nvidia_smi) else None)
+    if smi:
+        record("nvidia-smi.txt", [smi])
+        rc, text = record("nvidia-smi-query.csv", [smi, f"--query-gpu={QUERY_FIELDS}",
+                                                   "--format=csv,noheader,nounits"])
+        if rc not in (0, None) and "compute_cap" in (text or "") and "not a valid field" in (text or ""):
+            record("nvidia-smi-query.csv", [smi, f"--query-gpu={QUERY_FIELDS_OLD}",
+                                            "--format=csv,noheader,nounits"])
+            meta["errors"].pop("nvidia-smi-query.csv", None) if meta["exit_codes"]["nvidia-smi-query.csv"] == 0 \
+                else None
+        record("nvidia-smi-apps.csv", [smi, f"--query-compute-apps={APPS_FIELDS}", "--format=csv,noheader,nounits"])
+        record("nvidia-smi-q.xml", [smi, "-q", "-x"])
+    else:
+        meta["errors"]["nvidia-smi.txt"] = "nvidia-smi not found"
+    try:
+        with open(proc_version_path, encoding="utf-8", errors="replace") as fh:
+            raw["proc-driver-nvidia-version.txt"] = fh.read()
+    except OSError as exc:
+        meta["errors"]["proc-driver-nvidia-version.txt"] = f"{proc_version_path}: {exc.strerror}"
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        for cand in ("/usr/local/cuda/bin/nvcc",):
+            if os.access(cand, os.X_OK):
+                nvcc = cand
+    if nvcc:
+        record("nvcc-version.txt", [nvcc, "--version"])
+    toolkits = find_toolkits(toolkit_roots, nvcc)
+    raw["cuda-toolkits.json"] = json.dumps(toolkits, indent=2) + "\n"
+    if venv_python:
+        rc, text = _run([venv_python, "-c", TORCH_PROBE], timeout=max(timeout, 120))
+        meta["commands"]["torch.json"] = f"{venv_python} -c <torch probe>"
+        meta["exit_codes"]["torch.json"] = rc
+        line = next((ln for ln in reversed((text or "").splitlines()) if ln.startswith("{")), None)
+        raw["torch.json"] = (line + "\n") if (rc == 0 and line) else json.dumps(
+            {"version": None, "cuda": None, "available": False,
+             "error": f"{venv_python}: " + (text or "").strip()[-300:]}) + "\n"
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                raw["os-release"] = fh.read()
+            break
+    try:
+        glibc = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError, AttributeError):
+        glibc = None
+    if glibc:
+        raw["glibc-version.txt"] = glibc + "\n"
+    raw["capture-meta.json"] = json.dumps(meta, indent=2, sort_keys=True) + "\n"
+    return raw
+
+
+def write_capture(raw: dict, directory) -> list[str]:
+    """Write raw outputs into a capture folder; returns the file names written."""
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for name in FILES:
+        if name in raw and raw[name] is not None:
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as fh:
+                fh.write(raw[name])
+            written.append(name)
+    return written
+
+
+def read_capture(directory) -> dict:
+    """Read a capture folder (any subset of FILES)."""
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"replay_dir {directory} is not a directory")
+    raw = {}
+    for name in FILES:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                raw[name] = fh.read()
+    if not raw:
+        raise FileNotFoundError(f"replay_dir {directory} holds none of the capture files ({', '.join(FILES[:8])})")
+    return raw
+
+
+# ----------------------------------------------------------------------------------------------
+# Gate: requested GPUs; driver CUDA vs the layers' CUDA
+# ----------------------------------------------------------------------------------------------
+
+def _foreign(gpu, own_unit=None):
+    procs = gpu.get("processes") or []
+    return [p for p in procs if not (own_unit and p.get("unit") == own_unit)]
+
+
+def gpu_busy_reason(gpu: dict, own_unit=None, threshold_mib=BUSY_THRESHOLD_MIB) -> str | None:
+    """Why a GPU is busy (foreign processes, or memory in use), or None when free."""
+    foreign = [p for p in _foreign(gpu, own_unit) if (p.get("type") or "C") != "G"]
+    own_mib = sum(p.get("used_mib") or 0 for p in (gpu.get("processes") or []) if p not in _foreign(gpu, own_unit))
+    used = gpu.get("memory_used_mib")
+    total = gpu.get("memory_total_mib")
+    mem = f"{used} of {total} MiB used" if used is not None else "memory use unknown"
+    if foreign:
+        who = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}"
+                        + (f" ({p['used_mib']} MiB)" if p.get("used_mib") is not None else "")
+                        + (f" [{p['unit']}]" if p.get("unit") else "") for p in foreign)
+        return f"busy: {mem} by foreign process(es): {who}"
+    if used is not None and used - own_mib >= threshold_mib:
+        return f"busy: {mem} with no listed process (another container or a MIG/vGPU tenant?)"
+    return None
+
+
+def check_requested_gpus(fingerprint: dict, requests: list[dict]) -> list[str]:
+    """Errors for GPUs the instances ask for that are missing, unhealthy or busy.
+
+    ``requests``: ``[{"instance": name, "gpus": [int], "allow_busy": bool}]`` (optional keys:
+    ``unit`` — the instance's own systemd unit, whose processes do not count as foreign;
+    ``busy_threshold_mib``). Each error names the instance and the GPU; the caller adds the host.
+    """
+    errors = []
+    gpus = {g.get("index"): g for g in (fingerprint or {}).get("gpus", []) if g.get("index") is not None}
+    present = _range_text(gpus)
+    for req in requests or []:
+        name = req.get("instance", "?")
+        own_unit = req.get("unit") or f"dflash-{name}.service"
+        threshold = req.get("busy_threshold_mib", BUSY_THRESHOLD_MIB)
+        for idx in req.get("gpus") or []:
+            g = gpus.get(idx)
+            if g is None:
+                why = f"host has GPUs {present}" if gpus else "host has no usable GPUs"
+                probs = (fingerprint or {}).get("problems") or []
+                if not gpus and probs:
+                    why += f" ({'; '.join(probs)})"
+                errors.append(f"instance {name}: GPU {idx} is missing ({why})")
+                continue
+            label = f"GPU {idx} ({g.get('name') or 'unknown model'})"
+            if not g.get("healthy", True):
+                errors.append(f"instance {name}: {label} is unhealthy: {g.get('problem') or 'unknown reason'}")
+                continue
+            if not req.get("allow_busy"):
+                reason = gpu_busy_reason(g, own_unit, threshold)
+                if reason:
+                    errors.append(f"instance {name}: {label} is {reason} "
+                                  f"(set allow_busy: true to share it)")
+    return errors
+
+
+_CU_PATTERNS = (re.compile(r"\+cu(\d{2,3})\b"), re.compile(r"/whl/(?:nightly/)?cu(\d{2,3})\b"),
+                re.compile(r"\bcu(\d{3})\b"))
+
+
+def cuda_from_tag(tag) -> str | None:
+    """'128' -> '12.8', '130' -> '13.0', '92' -> '9.2'."""
+    tag = str(tag)
+    return f"{tag[:-1]}.{tag[-1]}" if tag.isdigit() and len(tag) >= 2 else None
+
+
+def layer_cuda(layer: dict) -> str | None:
+    """A layer's declared `cuda: "12.8"`, else inferred from `+cu128` pins / `.../whl/cu128` index URLs."""
+    if not isinstance(layer, dict):
+        return None
+    if layer.get("cuda"):
+        return str(layer["cuda"]).strip()
+    found = set()
+
+    def walk(value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k not in ("name", "path"):
+                    walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str):
+            for pat in _CU_PATTERNS:
+                for m in pat.finditer(value):
+                    c = cuda_from_tag(m.group(1))
+                    if c:
+                        found.add(c)
+    walk(layer)
+    if not found:
+        return None
+    return max(found, key=vtuple)
+
+
+def min_driver_for(cuda: str) -> str | None:
+    key = ".".join(str(x) for x in vtuple(cuda)[:2])
+    if key in MIN_DRIVER:
+        return MIN_DRIVER[key]
+    # An unlisted minor (e.g. 12.7): the next listed one above it.
+    above = sorted((k for k in MIN_DRIVER if vtuple(k) >= vtuple(key)), key=vtuple)
+    return MIN_DRIVER[above[0]] if above else None
+
+
+def _gpu_label(fp, gpus=None):
+    gpus = gpus if gpus is not None else [g for g in fp.get("gpus", []) if g.get("index") is not None]
+    models = {}
+    for g in gpus:
+        models.setdefault((g.get("name") or "unknown model", g.get("sm")), []).append(g.get("index"))
+    return "; ".join(f"GPU {_range_text(ix)} {name}" + (f" (SM {sm})" if sm else "")
+                     for (name, sm), ix in models.items()) or "no GPUs"
+
+
+def check_driver_compat(fingerprint: dict, layers: list, host: str = "host",
+                        allow_minor_version_compat: bool = False) -> list[str]:
+    """Refusals when a layer's CUDA wheels need a newer driver, or cannot run this host's SMs."""
+    fp = fingerprint or {}
+    errors = []
+    driver = fp.get("driver_version")
+    driver_cuda = fp.get("driver_cuda_version")
+    gpus = [g for g in fp.get("gpus", []) if g.get("index") is not None]
+    for layer in layers or []:
+        cuda = layer_cuda(layer)
+        if not cuda:
+            continue
+        lname = layer.get("name", "?") if isinstance(layer, dict) else "?"
+        need_driver = min_driver_for(cuda)
+        if not driver:
+            why = "; ".join(fp.get("problems") or []) or "no driver found"
+            errors.append(f"{host}: layer {lname!r} installs CUDA {cuda} wheels (driver >= {need_driver}) "
+                          f"but the host's driver is unknown: {why}")
+            continue
+        ok = True
+        if driver_cuda and not version_ge(driver_cuda, cuda) or need_driver and not version_ge(driver, need_driver):
+            ok = False
+        if not ok and allow_minor_version_compat:
+            major = str(vtuple(cuda)[0]) if vtuple(cuda) else ""
+            floor = MINOR_COMPAT_DRIVER.get(major)
+            if floor and version_ge(driver, floor):
+                ok = True
+        if not ok:
+            errors.append(
+                f"{host}: {_gpu_label(fp, gpus)}: driver {driver} supports CUDA up to {driver_cuda or '?'}, "
+                f"but layer {lname!r} installs CUDA {cuda} wheels (need driver >= {need_driver}); "
+                f"upgrade the driver or use CUDA <= {driver_cuda or '?'} wheels")
+        for g in gpus:
+            sm = g.get("sm")
+            if not sm:
+                continue
+            need = SM_MIN_CUDA.get(sm)
+            if need and not version_ge(cuda, need):
+                errors.append(f"{host}: GPU {g['index']} {g.get('name')} is SM {sm}, which needs CUDA >= {need}, "
+                              f"but layer {lname!r} installs CUDA {cuda} wheels (driver {driver}, "
+                              f"CUDA {driver_cuda or '?'})")
+                break
+            max_major = SM_MAX_CUDA_MAJOR.get(sm) or SM_MAX_CUDA_MAJOR.get(sm.split(".")[0])
+            if max_major and vtuple(cuda)[0] > max_major:
+                errors.append(f"{host}: GPU {g['index']} {g.get('name')} is SM {sm}, dropped after CUDA "
+                              f"{max_major}.x, but layer {lname!r} installs CUDA {cuda} wheels")
+                break
+    return errors
+
+
+def gate(fingerprint: dict, layers: list, requests: list, host: str = "host",
+         allow_minor_version_compat: bool = False) -> list[str]:
+    """All refusals for one host, each naming the host."""
+    errors = check_driver_compat(fingerprint, layers, host, allow_minor_version_compat)
+    errors += [f"{host}: {e}" for e in check_requested_gpus(fingerprint, requests)]
+    return errors
+
+
+# ----------------------------------------------------------------------------------------------
+# Fleet report (controller side)
+# ----------------------------------------------------------------------------------------------
+
+def fleet_rows(fleet: dict, verdicts: dict | None = None) -> list[dict]:
+    """{host: fingerprint} -> one summary row per host."""
+    rows = []
+    for host in sorted(fleet):
+        fp = fleet[host] or {}
+        models = {}
+        for g in fp.get("gpus", []):
+            key = (g.get("name") or "unknown", g.get("sm"))
+            models.setdefault(key, []).append(g)
+        gpus_txt = "; ".join(f"{len(v)}x {n}" + (f" (SM {sm}, {v[0].get('arch')})" if sm else "")
+                             for (n, sm), v in models.items()) or "none"
+        mem_txt = "; ".join(f"{v[0].get('memory_total_mib')} MiB" for v in models.values()) or "-"
+        busy = [g for g in fp.get("gpus", []) if g.get("index") is not None and gpu_busy_reason(g)]
+        busy_txt = "; ".join(f"GPU {g['index']}: {g.get('memory_used_mib')} MiB, "
+                             + ", ".join(f"pid {p.get('pid')} {p.get('name')}" for p in g.get("processes") or [])
+                             for g in busy) or "none"
+        torch = fp.get("torch")
+        torch_txt = (f"{torch.get('version')} (cuda {torch.get('cuda')}, "
+                     f"{'sees GPUs' if torch.get('available') else 'no GPU'})") if torch else "-"
+        tk = ", ".join(f"{t.get('version')} {t.get('path')}" for t in fp.get("cuda_toolkits") or [])
+        if fp.get("nvcc_version") and not tk:
+            tk = f"nvcc {fp['nvcc_version']}"
+        unhealthy = [g for g in fp.get("gpus", []) if not g.get("healthy", True)]
+        verdict = (verdicts or {}).get(host)
+        if verdict is None:
+            verdict = "ok" if fp.get("gpu_count") and not unhealthy and not fp.get("problems") else \
+                ("; ".join(fp.get("problems") or []) or "no GPUs")
+        rows.append({"host": host, "gpus": gpus_txt, "memory": mem_txt,
+                     "driver": f"{fp.get('driver_version') or '-'} / CUDA {fp.get('driver_cuda_version') or '-'}",
+                     "toolkits": tk or "-", "torch": torch_txt, "busy": busy_txt, "verdict": verdict})
+    return rows
+
+
+COLUMNS = [("host", "host"), ("gpus", "GPUs (model, SM)"), ("memory", "memory"), ("driver", "driver / CUDA"),
+           ("toolkits", "toolkits"), ("torch", "torch"), ("busy", "busy GPUs"), ("verdict", "verdict")]
+
+
+def fleet_markdown(fleet: dict, verdicts: dict | None = None) -> str:
+    rows = fleet_rows(fleet, verdicts)
+    out = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        out.append("| " + " | ".join(str(r[k]).replace("|", "\\|") for k, _ in COLUMNS) + " |")
+    return "\n".join(out) + "\n"
+
+
+def fleet_text(fleet: dict, verdicts: dict | None = None) -> str:
+    rows = fleet_rows(fleet, verdicts)
+    widths = {k: max([len(h)] + [len(str(r[k])) for r in rows]) for k, h in COLUMNS}
+    line = "  ".join(h.ljust(widths[k]) for k, h in COLUMNS)
+    out = [line, "  ".join("-" * widths[k] for k, _ in COLUMNS)]
+    for r in rows:
+        out.append("  ".join(str(r[k]).ljust(widths[k]) for k, _ in COLUMNS))
+    return "\n".join(x.rstrip() for x in out) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="GPU host fingerprint (dflash-deploy)")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--capture-dir", help="collect on this host and write the raw outputs here")
+    group.add_argument("--replay-dir", help="read a capture folder instead of running anything")
+    ap.add_argument("--venv-python", help="base venv python: probe its torch")
+    ap.add_argument("--proc-version-path", default="/proc/driver/nvidia/version")
+    args = ap.parse_args(argv)
+    if args.replay_dir:
+        raw = read_capture(args.replay_dir)
+    else:
+        raw = collect_raw(venv_python=args.venv_python, proc_version_path=args.proc_version_path)
+        if args.capture_dir:
+            write_capture(raw, args.capture_dir)
+    json.dump(fingerprint_from_raw(raw), sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
