@@ -547,6 +547,11 @@ def fingerprint_from_raw(raw: dict) -> dict:
     table_procs = {}
     for p in (table or {}).get("processes", []):
         table_procs.setdefault(p["gpu_index"], []).append({k: p[k] for k in ("pid", "name", "used_mib", "type")})
+    units = meta.get("process_units") or {}
+    for plist in list(by_uuid.values()) + list(table_procs.values()) + \
+            [x["processes"] for x in (xml or {}).get("gpus", [])]:
+        for p in plist:
+            p["unit"] = units.get(str(p.get("pid")))
     for g in gpus.values():
         if apps is not None:
             g["processes"] = by_uuid.get(g["uuid"], [])
@@ -679,6 +684,17 @@ def _run(argv, timeout=60, env=None):
     return p.returncode, p.stdout.decode("utf-8", "replace")
 
 
+def process_unit(pid, proc="/proc") -> str | None:
+    """The systemd unit (service or scope) a process runs in, from /proc/<pid>/cgroup."""
+    try:
+        with open(os.path.join(proc, str(pid), "cgroup"), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    units = re.findall(r"/([^/\s]+\.(?:service|scope))(?:/|$)", text, re.MULTILINE)
+    return units[-1] if units else None
+
+
 def find_toolkits(roots=("/usr/local",), nvcc_path=None) -> list[dict]:
     """Every CUDA toolkit under /usr/local/cuda* plus the one of nvcc on PATH."""
     seen, out = set(), []
@@ -747,6 +763,10 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
                 else None
         record("nvidia-smi-apps.csv", [smi, f"--query-compute-apps={APPS_FIELDS}", "--format=csv,noheader,nounits"])
         record("nvidia-smi-q.xml", [smi, "-q", "-x"])
+        pids = {p["pid"] for p in parse_apps_csv(raw.get("nvidia-smi-apps.csv"))}
+        pids |= {p["pid"] for p in parse_smi_table(raw.get("nvidia-smi.txt"))["processes"]}
+        meta["process_units"] = {str(pid): unit for pid in sorted(p for p in pids if p)
+                                 if (unit := process_unit(pid))}
     else:
         meta["errors"]["nvidia-smi.txt"] = "nvidia-smi not found"
     try:
@@ -874,8 +894,7 @@ def check_requested_gpus(fingerprint: dict, requests: list[dict]) -> list[str]:
     return errors
 
 
-_CU_PATTERNS = (re.compile(r"\+cu(\d{2,3})\b"), re.compile(r"/whl/(?:nightly/)?cu(\d{2,3})\b"),
-                re.compile(r"\bcu(\d{3})\b"))
+_CU_PATTERNS = (re.compile(r"\+cu(\d{2,3})\b"), re.compile(r"/whl/(?:nightly/|test/)?cu(\d{2,3})\b"))
 
 
 def cuda_from_tag(tag) -> str | None:
@@ -895,7 +914,7 @@ def layer_cuda(layer: dict) -> str | None:
     def walk(value):
         if isinstance(value, dict):
             for k, v in value.items():
-                if k not in ("name", "path"):
+                if k not in ("name", "path", "existing_path", "env", "python", "parent"):
                     walk(v)
         elif isinstance(value, (list, tuple)):
             for v in value:
