@@ -1,0 +1,928 @@
+"""Instances: placement validation, fallback rules, sglang argument lists, host facts.
+
+Pure functions, no Ansible import. Used on the controller by filter_plugins/dflash_instances.py
+(validation, rules, arguments) and on the host by library/dflash_instances_facts.py (read-only
+host facts: listening ports and their owners, model/draft paths, the draft's block size, the
+final layer's CUDA libraries and nvcc, installed dflash-*.service units).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+
+ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
+DDTREE_MODES = ("tree", "shadow-linear")
+DEFAULT_BLOCK_SIZE = 16
+PORT_MIN = 1024  # the unit runs as a non-root user without CAP_NET_BIND_SERVICE
+PORT_MAX = 65535
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,47}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VERSION_RE = re.compile(r"(\d+)\.(\d+)")
+INSTANCE_KEYS = {
+    "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
+    "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
+    "pin_flags", "disabled_rules", "model_source",
+}
+DDTREE_KEYS = {"budget", "topk", "mode"}
+DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
+# Flags the toolkit derives from instance fields: setting them through extra_args or pin_flags
+# would make the field and the command line disagree.
+MANAGED_FLAGS = {
+    "--model-path": "model_path", "--model": "model_path", "--port": "port",
+    "--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp",
+    "--mem-fraction-static": "mem_fraction_static", "--context-length": "context_length",
+    "--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "draft_model_path",
+    "--speculative-draft-model": "draft_model_path",
+    "--speculative-ddtree-budget": "ddtree.budget", "--speculative-ddtree-topk": "ddtree.topk",
+    "--speculative-ddtree-mode": "ddtree.mode",
+}
+# Environment derived from fields; the user's env may not override them.
+MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "CUDA_DEVICE_ORDER": "gpus"}
+BLOCK_SIZE_FLAGS = ("--speculative-dflash-block-size", "--speculative-num-draft-tokens")
+TMPFS_PREFIXES = ("/dev/shm/", "/run/shm/")
+HOME_PREFIXES = ("/home/", "/root/", "/run/user/")
+
+
+# --------------------------------------------------------------------------- helpers
+
+def version_tuple(value):
+    """'12.8' / 'V12.8.93' / 12.8 / 'release 13.0' -> (12, 8); None when no version is in it."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(x, int) for x in value):
+        return tuple(value[:2])
+    m = VERSION_RE.search(str(value))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _label(inst, idx):
+    name = inst.get("name") if isinstance(inst, dict) else None
+    return f"instance '{name}'" if isinstance(name, str) and name else f"instance #{idx + 1}"
+
+
+def _err(host, inst, idx, field, msg):
+    return f"{host}: {_label(inst, idx)}: field '{field}': {msg}"
+
+
+def split_flags(args):
+    """['--a', 'x', '--b=y', '--c'] -> {'--a': 'x', '--b': 'y', '--c': None} (last wins)."""
+    out = {}
+    i = 0
+    args = list(args or [])
+    while i < len(args):
+        tok = str(args[i])
+        if tok.startswith("--"):
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                out[k] = v
+            elif i + 1 < len(args) and not str(args[i + 1]).startswith("--"):
+                out[tok] = str(args[i + 1])
+                i += 1
+            else:
+                out[tok] = None
+        i += 1
+    return out
+
+
+def _sm_of(gpu):
+    sm = gpu.get("sm")
+    if sm is None and gpu.get("compute_cap") is not None:
+        sm = gpu.get("compute_cap")
+    v = version_tuple(sm)
+    return v
+
+
+def effective_instance(inst):
+    """An instance with the schema's defaults applied (tp, ddtree, lists/maps)."""
+    out = dict(inst)
+    gpus = inst.get("gpus") if isinstance(inst.get("gpus"), list) else []
+    if out.get("tp") is None:
+        out["tp"] = len(gpus)
+    out["algorithm"] = str(inst.get("algorithm") or "DFLASH").upper()
+    dd = dict(DDTREE_DEFAULTS)
+    if isinstance(inst.get("ddtree"), dict):
+        dd.update({k: v for k, v in inst["ddtree"].items() if v is not None})
+    out["ddtree"] = dd
+    out["allow_busy_gpus"] = bool(inst.get("allow_busy_gpus", False))
+    for key in ("extra_args", "disabled_rules"):
+        out[key] = list(inst.get(key) or [])
+    for key in ("env", "pin_flags"):
+        out[key] = dict(inst.get(key) or {})
+    return out
+
+
+def pin_args(pins):
+    """pin_flags {flag: value} -> argv. True/None -> bare flag, False -> omitted."""
+    args = []
+    for flag, value in (pins or {}).items():
+        if value is False:
+            continue
+        args.append(str(flag))
+        if value is not True and value is not None:
+            args.append(str(value))
+    return args
+
+
+def block_size_for(inst, draft_facts):
+    """The verify block of a DFlash draft: explicit flag > draft config > 16. -> (size, source)."""
+    flags = split_flags(list(inst.get("extra_args") or []) + pin_args(inst.get("pin_flags")))
+    for flag in BLOCK_SIZE_FLAGS:
+        if flags.get(flag) is not None:
+            try:
+                return int(flags[flag]), flag
+            except ValueError:
+                pass
+    if draft_facts and draft_facts.get("block_size") is not None:
+        return int(draft_facts["block_size"]), draft_facts.get("block_size_source") or "config.json"
+    return DEFAULT_BLOCK_SIZE, "sglang's default (no block_size in the draft's config.json)"
+
+
+# --------------------------------------------------------------------------- validation
+
+def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), host_disabled_rules=(),
+                       protect_home=True, gpu_checker=None):
+    """All placement errors for one host, each naming host, instance and field. [] = valid.
+
+    host_facts: what library/dflash_instances_facts.py gathered on the host:
+      {listeners: [{port, addr, pid, comm, unit}], paths: {path: {exists, isdir, ...}},
+       drafts: {path: {block_size, block_size_source, error}}}
+    gpu_checker: check_requested_gpus(fingerprint, requests) from dflash_fingerprint.
+    """
+    errors = []
+    host_facts = host_facts or {}
+    paths = host_facts.get("paths") or {}
+    drafts = host_facts.get("drafts") or {}
+    rule_names = set(rule_names or ())
+    if instances is None:
+        return errors
+    if not isinstance(instances, list):
+        return [f"{host}: field 'dflash_instances': must be a list of instances, got {type(instances).__name__}"]
+
+    for rule in host_disabled_rules or ():
+        if rule_names and rule not in rule_names:
+            errors.append(f"{host}: field 'dflash_instances_disabled_rules': unknown rule '{rule}' "
+                          f"(known: {', '.join(sorted(rule_names))})")
+
+    names, ports, gpu_owner = {}, {}, {}
+    for idx, raw in enumerate(instances):
+        if not isinstance(raw, dict):
+            errors.append(f"{host}: instance #{idx + 1}: must be a mapping, got {type(raw).__name__}")
+            continue
+        e = []
+
+        def add(field, msg, _raw=raw, _idx=idx, _e=e):
+            _e.append(_err(host, _raw, _idx, field, msg))
+
+        unknown = sorted(set(raw) - INSTANCE_KEYS)
+        for key in unknown:
+            add(key, f"unknown field (known: {', '.join(sorted(INSTANCE_KEYS))})")
+        inst = effective_instance(raw)
+
+        # name
+        name = raw.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            add("name", f"{name!r} is not a valid instance name: lower-case letters, digits, '-' and '_', "
+                        "starting with a letter or digit, at most 48 characters (it becomes the unit "
+                        "name dflash-<name>.service)")
+        elif name.startswith("stage-"):
+            add("name", f"'{name}' must not start with 'stage-' (dflash-stage-*.service are the "
+                        "model staging units)")
+        elif name in names:
+            add("name", f"duplicate name '{name}' (also instance #{names[name] + 1})")
+        else:
+            names[name] = idx
+
+        # gpus
+        gpus = raw.get("gpus")
+        gpus_ok = isinstance(gpus, list) and gpus and all(_is_int(g) and g >= 0 for g in gpus)
+        if not gpus_ok:
+            add("gpus", f"must be a non-empty list of GPU indexes (integers >= 0), got {gpus!r}")
+        elif len(set(gpus)) != len(gpus):
+            add("gpus", f"lists a GPU twice: {gpus}")
+            gpus_ok = False
+
+        # tp
+        tp = inst.get("tp")
+        if not _is_int(tp) or tp < 1:
+            add("tp", f"must be a positive integer, got {tp!r}")
+        elif gpus_ok and tp != len(gpus):
+            add("tp", f"tp {tp} does not match the {len(gpus)} GPU(s) {gpus}: tensor parallelism "
+                      "uses exactly one GPU per rank (set tp to len(gpus) or leave it unset)")
+
+        # port
+        port = raw.get("port")
+        if not _is_int(port):
+            add("port", f"must be an integer, got {port!r}")
+        elif not PORT_MIN <= port <= PORT_MAX:
+            add("port", f"{port} is out of range {PORT_MIN}..{PORT_MAX} (the server runs as a "
+                        "non-root user without CAP_NET_BIND_SERVICE)")
+        else:
+            if port in ports:
+                add("port", f"port {port} is also used by {_label(instances[ports[port]], ports[port])}")
+            else:
+                ports[port] = idx
+            for lis in host_facts.get("listeners") or []:
+                if lis.get("port") == port and not str(lis.get("unit") or "").startswith("dflash-"):
+                    who = ", ".join(x for x in (
+                        f"pid {lis['pid']}" if lis.get("pid") else "",
+                        str(lis.get("comm") or ""),
+                        f"unit {lis['unit']}" if lis.get("unit") else "") if x)
+                    add("port", f"port {port} is already listening on the host ({lis.get('addr')}:{port}"
+                                f"{', ' + who if who else ''}) and it is not one of our dflash-* units")
+                    break
+
+        # algorithm + draft
+        algo = inst["algorithm"]
+        if algo not in ALGORITHMS:
+            add("algorithm", f"{raw.get('algorithm')!r} is not one of {', '.join(ALGORITHMS)}")
+        draft = raw.get("draft_model_path")
+        if algo in ("DFLASH", "DDTREE") and not draft:
+            add("draft_model_path", f"{algo} needs a draft model (draft_model_path is empty)")
+
+        # paths
+        model = raw.get("model_path")
+        for field, path in (("model_path", model), ("draft_model_path", draft if algo != "NONE" else None),
+                            ("model_source", raw.get("model_source"))):
+            if field == "model_path" and not path:
+                add(field, "is required")
+                continue
+            if not path:
+                continue
+            if not isinstance(path, str) or not path.startswith("/"):
+                add(field, f"must be an absolute path, got {path!r}")
+                continue
+            if any(c.isspace() for c in path):
+                add(field, f"{path!r} contains whitespace, which cannot be passed through $DFLASH_ARGS")
+                continue
+            if protect_home and path.startswith(HOME_PREFIXES):
+                add(field, f"{path} is under /home, /root or /run/user, which the hardened unit cannot "
+                           "see (ProtectHome=yes); move it or set dflash_instances_protect_home: false")
+            if field == "model_path" and raw.get("model_source"):
+                continue  # staged by dflash-stage-<name>.service: may be absent now (e.g. after a reboot)
+            pf = paths.get(path)
+            if pf is None:
+                add(field, f"{path} was not checked on the host (internal error: path facts missing)")
+            elif not pf.get("exists"):
+                add(field, f"{path} does not exist on the host")
+            elif not pf.get("isdir"):
+                add(field, f"{path} is not a directory")
+        if raw.get("model_source") and not str(model or "").startswith(TMPFS_PREFIXES):
+            add("model_source", f"is only used to stage a model onto tmpfs; model_path {model} is not under "
+                                f"{' or '.join(TMPFS_PREFIXES)}")
+
+        # ddtree
+        dd = inst["ddtree"]
+        if isinstance(raw.get("ddtree"), dict):
+            for key in sorted(set(raw["ddtree"]) - DDTREE_KEYS):
+                add(f"ddtree.{key}", f"unknown field (known: {', '.join(sorted(DDTREE_KEYS))})")
+        elif raw.get("ddtree") is not None:
+            add("ddtree", f"must be a mapping, got {raw.get('ddtree')!r}")
+        budget, topk, mode = dd.get("budget"), dd.get("topk"), dd.get("mode")
+        if not _is_int(budget) or budget < 1:
+            add("ddtree.budget", f"must be a positive integer, got {budget!r}")
+        if not _is_int(topk) or topk < 1:
+            add("ddtree.topk", f"must be a positive integer, got {topk!r}")
+        if mode not in DDTREE_MODES:
+            add("ddtree.mode", f"{mode!r} is not one of {', '.join(DDTREE_MODES)}")
+        if algo == "DDTREE" and _is_int(budget) and budget >= 1 and draft:
+            size, source = block_size_for(inst, drafts.get(draft))
+            if budget + 1 > size:
+                add("ddtree.budget", f"budget {budget} + 1 (the root) = {budget + 1} verify tokens exceeds the "
+                                     f"draft's block size {size} (from {source}); use budget <= {size - 1}")
+            derr = (drafts.get(draft) or {}).get("error")
+            if derr:
+                add("draft_model_path", f"cannot read the draft's config.json: {derr}")
+
+        # numbers
+        mfs = raw.get("mem_fraction_static")
+        if mfs is not None and (isinstance(mfs, bool) or not isinstance(mfs, (int, float)) or not 0 < mfs < 1):
+            add("mem_fraction_static", f"must be a number between 0 and 1 (exclusive), got {mfs!r}")
+        ctx = raw.get("context_length")
+        if ctx is not None and (not _is_int(ctx) or ctx < 1):
+            add("context_length", f"must be a positive integer, got {ctx!r}")
+        if not isinstance(raw.get("allow_busy_gpus", False), bool):
+            add("allow_busy_gpus", f"must be true or false, got {raw.get('allow_busy_gpus')!r}")
+
+        # args / pins / env
+        extra = raw.get("extra_args") or []
+        if not isinstance(extra, list):
+            add("extra_args", f"must be a list of strings, got {extra!r}")
+            extra = []
+        for i, arg in enumerate(extra):
+            if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
+                add(f"extra_args[{i}]", f"must be a string, got {arg!r}")
+            elif str(arg) == "" or any(c.isspace() for c in str(arg)):
+                add(f"extra_args[{i}]", f"{str(arg)!r} is empty or contains whitespace: give each argument as "
+                                        "its own list item (the unit passes them through $DFLASH_ARGS)")
+        for flag in split_flags([str(a) for a in extra]):
+            if flag in MANAGED_FLAGS:
+                add("extra_args", f"{flag} is set from the field '{MANAGED_FLAGS[flag]}'; set that field instead")
+        pins = raw.get("pin_flags") or {}
+        if not isinstance(pins, dict):
+            add("pin_flags", f"must be a mapping {{flag: value}}, got {pins!r}")
+            pins = {}
+        for flag, value in pins.items():
+            if not isinstance(flag, str) or not flag.startswith("--") or any(c.isspace() for c in flag):
+                add("pin_flags", f"{flag!r} is not a flag (it must start with '--' and have no whitespace)")
+            elif flag in MANAGED_FLAGS:
+                add(f"pin_flags.{flag}", f"is set from the field '{MANAGED_FLAGS[flag]}'; set that field instead")
+            elif value is not None and not isinstance(value, bool) and any(c.isspace() for c in str(value)):
+                add(f"pin_flags.{flag}", f"value {str(value)!r} contains whitespace")
+        env = raw.get("env") or {}
+        if not isinstance(env, dict):
+            add("env", f"must be a mapping, got {env!r}")
+            env = {}
+        for key, value in env.items():
+            if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+                add("env", f"{key!r} is not a valid environment variable name")
+            elif key in MANAGED_ENV:
+                add(f"env.{key}", f"is derived from the field '{MANAGED_ENV[key]}'; do not set it")
+            elif isinstance(value, (dict, list)) or "\n" in str(value):
+                add(f"env.{key}", "must be a single-line string")
+        for rule in raw.get("disabled_rules") or []:
+            if rule_names and rule not in rule_names:
+                add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
+
+        # GPUs: shared between instances, then present / healthy / free via the fingerprint
+        if gpus_ok:
+            for g in gpus:
+                if g in gpu_owner:
+                    add("gpus", f"GPU {g} is also used by {_label(instances[gpu_owner[g]], gpu_owner[g])}")
+                else:
+                    gpu_owner[g] = idx
+            if gpu_checker is not None and fingerprint is not None:
+                label = name if isinstance(name, str) and name else f"#{idx + 1}"
+                for msg in gpu_checker(fingerprint, [{"instance": label, "gpus": list(gpus),
+                                                      "allow_busy": inst["allow_busy_gpus"]}]):
+                    add("gpus", msg)
+        errors.extend(e)
+    return errors
+
+
+def default_gpu_checker():
+    """check_requested_gpus from the fingerprint stage (module_utils/dflash_fingerprint.py)."""
+    try:
+        from dflash_fingerprint import check_requested_gpus  # controller / pytest (module_utils on sys.path)
+    except ImportError:  # pragma: no cover - inside an AnsiballZ payload
+        from ansible.module_utils.dflash_fingerprint import check_requested_gpus
+    return check_requested_gpus
+
+
+# --------------------------------------------------------------------------- rules
+
+def _gpus_of(fingerprint, gpus):
+    out = []
+    for g in (fingerprint or {}).get("gpus") or []:
+        if g.get("index") in (gpus or []):
+            out.append(g)
+    return out
+
+
+def _probe_get(probe, *keys):
+    cur = probe
+    for k in keys:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(k)
+    return cur
+
+
+def _probe_ok(entry):
+    """True when a probe entry says the import worked, False when it failed, None when unknown."""
+    if not isinstance(entry, dict):
+        return None
+    for key in ("ok", "importable", "available"):
+        if isinstance(entry.get(key), bool):
+            return entry[key]
+    if entry.get("error"):
+        return False
+    if entry.get("version"):
+        return True
+    return None
+
+
+def _first_bool(entry, keys):
+    if not isinstance(entry, dict):
+        return None
+    for key in keys:
+        if isinstance(entry.get(key), bool):
+            return entry[key]
+    return None
+
+
+def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
+    """The flat facts the rule conditions may name (docs/fallbacks.md lists them)."""
+    inst = effective_instance(instance)
+    fp = fingerprint or {}
+    hf = host_facts or {}
+    gpus = _gpus_of(fp, inst.get("gpus"))
+    sms = [s for s in (_sm_of(g) for g in gpus) if s]
+    toolkits = []
+    for tk in fp.get("cuda_toolkits") or []:
+        v = version_tuple(tk.get("version"))
+        if v:
+            toolkits.append((v, tk.get("path")))
+    default_tk = None
+    for v, path in toolkits:
+        if path and path.rstrip("/") == "/usr/local/cuda":
+            default_tk = v
+    if default_tk is None and version_tuple(fp.get("nvcc_version")):
+        default_tk = version_tuple(fp.get("nvcc_version"))
+    if default_tk is None and toolkits:
+        default_tk = max(toolkits)[0]
+    overlay = hf.get("overlay") or {}
+    onvcc = overlay.get("nvcc") or {}
+    overlay_v = version_tuple(onvcc.get("version"))
+    best = None
+    for v, path in toolkits:
+        if best is None or v > best[0]:
+            best = (v, path)
+    if overlay_v and (best is None or overlay_v >= best[0]):
+        best = (overlay_v, onvcc.get("home"))
+
+    xg = _probe_get(probe, "xgrammar")
+    xg_ok = _probe_ok(xg)
+    st = None
+    if isinstance(xg, dict):
+        for key in ("structural_tag", "has_structural_tag", "StructuralTag"):
+            if isinstance(xg.get(key), bool):
+                st = xg[key]
+        if st is None and xg_ok is False and "StructuralTag" in str(xg.get("error") or ""):
+            st = False
+        if st is None and xg_ok is False:
+            st = False  # no usable xgrammar at all: the xgrammar grammar backend cannot work either
+    torch = _probe_get(probe, "torch") or fp.get("torch") or {}
+    model = str(inst.get("model_path") or "")
+    on_tmpfs = model.startswith(TMPFS_PREFIXES) or bool((hf.get("paths") or {}).get(model, {}).get("tmpfs"))
+
+    def fmt(v):
+        return f"{v[0]}.{v[1]}" if v else None
+
+    return {
+        "gpu.sm": [fmt(s) for s in sms],
+        "gpu.sm_major": sorted({s[0] for s in sms}),
+        "gpu.name": [g.get("name") for g in gpus],
+        "cuda.jit_default": fmt(default_tk),
+        "cuda.best": fmt(best[0]) if best else None,
+        "cuda.best_home": best[1] if best else None,
+        "cuda.toolkits": [fmt(v) for v, _ in toolkits],
+        "overlay.nvcc": fmt(overlay_v),
+        "overlay.nvcc_home": onvcc.get("home"),
+        "driver.cuda": fp.get("driver_cuda_version"),
+        "torch.cuda": torch.get("cuda") if isinstance(torch, dict) else None,
+        "xgrammar.importable": xg_ok,
+        "xgrammar.version": xg.get("version") if isinstance(xg, dict) else None,
+        "xgrammar.structural_tag": st,
+        "flashinfer.importable": _probe_ok(_probe_get(probe, "flashinfer")),
+        "torch.importable": _probe_ok(_probe_get(probe, "torch")),
+        "sgl_kernel.fa3": _first_bool(_probe_get(probe, "sgl_kernel"), ("fa3", "flash_ops", "fa3_available")),
+        "instance.name": inst.get("name"),
+        "instance.algorithm": inst.get("algorithm"),
+        "instance.speculative": inst.get("algorithm") in ("DFLASH", "DDTREE"),
+        "instance.model_path": model,
+        "instance.model_on_tmpfs": on_tmpfs,
+        "instance.model_source": inst.get("model_source"),
+        "instance.tp": inst.get("tp"),
+        "host.lab_standin": bool(lab_standin),
+    }
+
+
+_OPS = ("eq", "ne", "in", "contains", "version_lt", "version_ge", "is", "set")
+
+
+def eval_condition(cond, ctx):
+    """Evaluate the rules table's condition language. -> (True|False|None, text).
+
+    cond: {all: [...]} | {any: [...]} | {not: cond} | {fact: NAME, OP: VALUE}
+    OP: eq, ne, in (value in list), contains (list fact contains value), version_lt, version_ge,
+        is (true/false/null identity), set (fact is not null/empty == VALUE).
+    None means unknown: a fact the condition needs was not reported.
+    """
+    if not isinstance(cond, dict):
+        raise TypeError(f"condition must be a mapping, got {cond!r}")
+    if "all" in cond or "any" in cond:
+        kind = "all" if "all" in cond else "any"
+        results = [eval_condition(c, ctx) for c in cond[kind]]
+        vals = [r[0] for r in results]
+        if kind == "all":
+            if False in vals:
+                return False, next(t for v, t in results if v is False)
+            if None in vals:
+                return None, next(t for v, t in results if v is None)
+            return True, " and ".join(t for _, t in results)
+        if True in vals:
+            return True, next(t for v, t in results if v is True)
+        if None in vals:
+            return None, next(t for v, t in results if v is None)
+        return False, " and ".join(t for _, t in results)
+    if "not" in cond:
+        v, t = eval_condition(cond["not"], ctx)
+        return (None if v is None else not v), f"not ({t})"
+    fact = cond.get("fact")
+    ops = [k for k in cond if k in _OPS]
+    if not fact or len(ops) != 1 or set(cond) - {"fact", *ops}:
+        raise ValueError(f"bad condition {cond!r}: needs 'fact' and exactly one of {', '.join(_OPS)}")
+    if fact not in ctx:
+        raise ValueError(f"condition names unknown fact '{fact}' (known: {', '.join(sorted(ctx))})")
+    op, want = ops[0], cond[ops[0]]
+    have = ctx[fact]
+    shown = f"{fact}={have!r}"
+    if op == "set":
+        present = have not in (None, "", [], {})
+        return present == bool(want), f"{fact} {'is' if present else 'is not'} set"
+    if op == "is":
+        if have is None and want is not None:
+            return None, f"{fact} is unknown (not reported)"
+        return have is want, shown
+    if have is None or have == []:
+        return None, f"{fact} is unknown (not reported)"
+    if op == "eq":
+        return have == want, shown
+    if op == "ne":
+        return have != want, shown
+    if op == "in":
+        return have in want, shown
+    if op == "contains":
+        return want in have, shown
+    hv, wv = version_tuple(have), version_tuple(want)
+    if hv is None:
+        return None, f"{fact}={have!r} is not a version"
+    if op == "version_lt":
+        return hv < wv, f"{fact}={have} < {want}" if hv < wv else f"{fact}={have} >= {want}"
+    return hv >= wv, f"{fact}={have} >= {want}" if hv >= wv else f"{fact}={have} < {want}"
+
+
+_TPL = re.compile(r"\{([a-z0-9_]+\.[a-z0-9_]+)\}")
+
+
+def render_text(text, ctx):
+    def sub(m):
+        v = ctx.get(m.group(1))
+        if isinstance(v, list):
+            return ", ".join(str(x) for x in v)
+        return str(v)
+    return _TPL.sub(sub, str(text or ""))
+
+
+def check_rules_table(rules):
+    """Structural errors of the rules table (names unique, conditions well-formed)."""
+    errors, seen = [], set()
+    dummy = rule_context({"name": "x", "gpus": [0]}, {}, {}, {})
+    for i, rule in enumerate(rules or []):
+        name = rule.get("name") if isinstance(rule, dict) else None
+        if not name:
+            errors.append(f"rule #{i + 1}: no name")
+            continue
+        if name in seen:
+            errors.append(f"rule {name}: duplicate name")
+        seen.add(name)
+        if not rule.get("reason"):
+            errors.append(f"rule {name}: no reason")
+        for key in ("when", "unless"):
+            if key in rule:
+                try:
+                    eval_condition(rule[key], dummy)
+                except (TypeError, ValueError) as exc:
+                    errors.append(f"rule {name}: {key}: {exc}")
+        extra = set(rule) - {"name", "when", "unless", "unless_reason", "flags", "env", "warn", "reason",
+                             "prefer", "source"}
+        if extra:
+            errors.append(f"rule {name}: unknown keys {sorted(extra)}")
+    return errors
+
+
+def evaluate_rules(rules, ctx, disabled=(), user_flags=()):
+    """-> (applied [{rule, reason, flags, env, warn, prefer}], skipped [{rule, reason}]).
+
+    A rule applies when `when` is true and `unless` (the cause was removed) is not; a disabled
+    rule or one whose every flag the user set is skipped with the reason.
+    """
+    applied, skipped = [], []
+    user_flags = set(user_flags or ())
+    for rule in rules or []:
+        name = rule["name"]
+        if name in (disabled or ()):
+            skipped.append({"rule": name, "reason": "switched off by the inventory (disabled_rules)"})
+            continue
+        ok, why = eval_condition(rule.get("when") or {"all": []}, ctx)
+        if ok is None:
+            skipped.append({"rule": name, "reason": f"not evaluated: {why}"})
+            continue
+        if not ok:
+            skipped.append({"rule": name, "reason": f"condition not met: {why}"})
+            continue
+        if rule.get("unless"):
+            uok, uwhy = eval_condition(rule["unless"], ctx)
+            if uok:
+                skipped.append({"rule": name, "cause_removed": True,
+                                "reason": render_text(rule.get("unless_reason") or f"cause removed: {uwhy}", ctx)})
+                continue
+        flags = {str(k): (None if v is None else str(v)) for k, v in (rule.get("flags") or {}).items()}
+        pinned = [f for f in flags if f in user_flags]
+        for f in pinned:
+            flags.pop(f)
+        if pinned and not flags and not rule.get("env") and not rule.get("warn"):
+            skipped.append({"rule": name, "reason": f"the inventory sets {', '.join(pinned)} itself "
+                                                    "(pin_flags / extra_args win over rules)"})
+            continue
+        entry = {"rule": name, "reason": render_text(rule["reason"], ctx), "flags": flags_to_args(flags)}
+        if pinned:
+            entry["overridden_by_user"] = pinned
+        if rule.get("env"):
+            entry["env"] = {k: render_text(v, ctx) for k, v in rule["env"].items()}
+        if rule.get("warn"):
+            entry["warn"] = True
+        if rule.get("prefer"):
+            entry["prefer"] = render_text(rule["prefer"], ctx)
+        applied.append(entry)
+    return applied, skipped
+
+
+def flags_to_args(flags):
+    args = []
+    for k, v in flags.items():
+        args.append(k)
+        if v is not None:
+            args.append(v)
+    return args
+
+
+# --------------------------------------------------------------------------- flags fact
+
+def build_args(inst, fallback_args, bind_host="0.0.0.0"):
+    """Exactly what follows `-m sglang.launch_server`."""
+    inst = effective_instance(inst)
+    args = ["--model-path", str(inst["model_path"]), "--host", str(bind_host), "--port", str(inst["port"]),
+            "--tp-size", str(inst["tp"])]
+    if inst.get("mem_fraction_static") is not None:
+        args += ["--mem-fraction-static", str(inst["mem_fraction_static"])]
+    if inst.get("context_length") is not None:
+        args += ["--context-length", str(inst["context_length"])]
+    algo = inst["algorithm"]
+    if algo in ("DFLASH", "DDTREE"):
+        args += ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(inst["draft_model_path"])]
+    if algo == "DDTREE":
+        dd = inst["ddtree"]
+        args += ["--speculative-ddtree-budget", str(dd["budget"]), "--speculative-ddtree-topk", str(dd["topk"]),
+                 "--speculative-ddtree-mode", str(dd["mode"])]
+    args += list(fallback_args)
+    args += [str(a) for a in inst["extra_args"]]
+    args += pin_args(inst["pin_flags"])
+    return args
+
+
+def build_env(inst, host_facts, tree, rule_env):
+    inst = effective_instance(inst)
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA indexes = nvidia-smi indexes
+           "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in inst["gpus"])}
+    libs = ((host_facts or {}).get("overlay") or {}).get("nvidia_lib_dirs") or []
+    if libs:
+        env["LD_LIBRARY_PATH"] = ":".join(libs)
+    if isinstance(tree, dict) and tree.get("path"):
+        env["PYTHONPATH"] = str(tree["path"])
+    env.update(rule_env or {})
+    for k, v in inst["env"].items():
+        env[str(k)] = str(v)
+    return env
+
+
+def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
+                  bind_host="0.0.0.0"):
+    """One instance's entry of the dflash_flags fact."""
+    inst = effective_instance(inst)
+    ctx = rule_context(inst, fingerprint, probe, host_facts, lab_standin)
+    user_flags = set(split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
+    disabled = set(host_disabled or ()) | set(inst["disabled_rules"])
+    applied, skipped = evaluate_rules(rules, ctx, disabled, user_flags)
+    fallback, rule_env = [], {}
+    for a in applied:
+        fallback += a["flags"]
+        rule_env.update(a.get("env") or {})
+    return {
+        "args": build_args(inst, fallback, bind_host),
+        "env": build_env(inst, host_facts, tree, rule_env),
+        "applied": applied,
+        "skipped": skipped,
+        "removed_cause": [s for s in skipped if s.get("cause_removed")],
+        "port": inst["port"],
+        "gpus": list(inst["gpus"]),
+        "algorithm": inst["algorithm"],
+        "model_source": inst.get("model_source"),
+        "model_path": inst.get("model_path"),
+    }
+
+
+def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
+               bind_host="0.0.0.0"):
+    return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled,
+                                          lab_standin, bind_host)
+            for i in instances or []}
+
+
+def flags_report(flags):
+    """Human lines for the play output: one per instance + one per applied rule."""
+    lines = []
+    for name, f in sorted((flags or {}).items()):
+        lines.append(f"{name}: python -m sglang.launch_server {' '.join(f['args'])}")
+        for a in f["applied"]:
+            what = " ".join(a["flags"]) or ("warning" if a.get("warn") else "env " + ",".join(a.get("env") or {}))
+            lines.append(f"  rule {a['rule']}: {what} -- {a['reason']}")
+            if a.get("prefer"):
+                lines.append(f"    prefer: {a['prefer']}")
+        for s in f.get("removed_cause") or []:
+            lines.append(f"  rule {s['rule']} not needed: {s['reason']}")
+    return lines
+
+
+# --------------------------------------------------------------------------- host facts (read-only)
+
+def parse_proc_net_tcp(text, ipv6=False):
+    """Listening sockets of /proc/net/tcp{,6} -> [(port, addr, inode)]."""
+    out = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10 or parts[3] != "0A":  # 0A = TCP_LISTEN
+            continue
+        addr_hex, port_hex = parts[1].rsplit(":", 1)
+        out.append((int(port_hex, 16), _hex_addr(addr_hex, ipv6), parts[9]))
+    return out
+
+
+def _hex_addr(h, ipv6):
+    if not ipv6:
+        b = bytes.fromhex(h)[::-1]
+        return ".".join(str(x) for x in b)
+    raw = bytes.fromhex(h)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    if words == b"\x00" * 16:
+        return "::"
+    if words[:12] == b"\x00" * 10 + b"\xff\xff":
+        return ".".join(str(x) for x in words[12:])
+    return ":".join(words[i:i + 2].hex() for i in range(0, 16, 2))
+
+
+def unit_from_cgroup(text):
+    """The systemd unit of a process from /proc/<pid>/cgroup (v1 or v2); None when none."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        for seg in reversed(path.split("/")):
+            if seg.endswith((".service", ".scope")):
+                return seg
+    return None
+
+
+def _read(path, default=None):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return default
+
+
+def read_listeners(proc="/proc"):
+    inodes = {}
+    for fname, v6 in (("tcp", False), ("tcp6", True)):
+        text = _read(os.path.join(proc, "net", fname))
+        if text:
+            for port, addr, inode in parse_proc_net_tcp(text, v6):
+                inodes.setdefault(inode, []).append((port, addr))
+    owners = {}
+    if inodes:
+        for pid in os.listdir(proc):
+            if not pid.isdigit():
+                continue
+            fd_dir = os.path.join(proc, pid, "fd")
+            try:
+                fds = os.listdir(fd_dir)
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:
+                    continue
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    owners.setdefault(target[8:-1], int(pid))
+    out, seen = [], set()
+    for inode, socks in inodes.items():
+        pid = owners.get(inode)
+        comm = (_read(os.path.join(proc, str(pid), "comm"), "") or "").strip() if pid else None
+        unit = unit_from_cgroup(_read(os.path.join(proc, str(pid), "cgroup"), "") or "") if pid else None
+        for port, addr in socks:
+            key = (port, addr)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append({"port": port, "addr": addr, "pid": pid, "comm": comm or None, "unit": unit})
+    return sorted(out, key=lambda x: (x["port"], x["addr"]))
+
+
+def tmpfs_mounts(mounts_text):
+    out = []
+    for line in (mounts_text or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "tmpfs":
+            out.append(parts[1])
+    return out
+
+
+def path_facts(path, tmpfs=()):
+    p = os.path.realpath(path)
+    on_tmpfs = any(p == m or p.startswith(m.rstrip("/") + "/") for m in tmpfs if m not in ("/",))
+    return {"exists": os.path.exists(path), "isdir": os.path.isdir(path), "tmpfs": on_tmpfs,
+            "realpath": p}
+
+
+def draft_block_size(config_text):
+    """block_size of a DFlash draft's config.json text -> (size|None, source, error|None)."""
+    try:
+        cfg = json.loads(config_text)
+    except ValueError as exc:
+        return None, None, f"config.json is not JSON: {exc}"
+    if not isinstance(cfg, dict):
+        return None, None, "config.json is not a JSON object"
+    dc = cfg.get("dflash_config")
+    for value, source in (((dc or {}).get("block_size") if isinstance(dc, dict) else None,
+                           "config.json dflash_config.block_size"),
+                          (cfg.get("block_size"), "config.json block_size")):
+        if value is not None:
+            if _is_int(value) and value > 0:
+                return value, source, None
+            return None, source, f"{source} is {value!r}, not a positive integer"
+    return None, None, None
+
+
+def nvcc_version_of(nvcc, runner=None):
+    runner = runner or (
+        lambda argv: subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout)
+    try:
+        out = runner([nvcc, "--version"])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out or "")
+    return m.group(1) if m else None
+
+
+def overlay_cuda(layer_path, runner=None):
+    """CUDA pieces shipped as pip packages in a layer venv: nvidia/*/lib dirs and an nvcc."""
+    if not layer_path:
+        return {}
+    sps = sorted(glob.glob(os.path.join(layer_path, "lib", "python3*", "site-packages")))
+    libs, nvccs = [], []
+    for sp in sps:
+        libs += sorted(d for d in glob.glob(os.path.join(sp, "nvidia", "*", "lib")) if os.path.isdir(d))
+        nvccs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "bin", "nvcc")))
+    best = {}
+    for nvcc in nvccs:
+        v = nvcc_version_of(nvcc, runner)
+        if v and (not best or version_tuple(v) > version_tuple(best["version"])):
+            best = {"path": nvcc, "home": os.path.dirname(os.path.dirname(nvcc)), "version": v}
+    return {"site_packages": sps, "nvidia_lib_dirs": libs, "nvcc": best or None}
+
+
+def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None):
+    paths, drafts = {}, {}
+    tmpfs = tmpfs_mounts(_read(os.path.join(proc, "mounts"), ""))
+    for inst in instances or []:
+        if not isinstance(inst, dict):
+            continue
+        for key in ("model_path", "draft_model_path", "model_source"):
+            p = inst.get(key)
+            if isinstance(p, str) and p.startswith("/") and p not in paths:
+                paths[p] = path_facts(p, tmpfs)
+        d = inst.get("draft_model_path")
+        if isinstance(d, str) and d.startswith("/") and d not in drafts:
+            text = _read(os.path.join(d, "config.json"))
+            if text is None:
+                drafts[d] = {"block_size": None, "block_size_source": None,
+                             "error": None if not os.path.isdir(d) else "no config.json in the draft directory"}
+            else:
+                size, source, error = draft_block_size(text)
+                drafts[d] = {"block_size": size, "block_size_source": source, "error": error}
+    units = sorted(os.path.basename(p) for p in glob.glob(os.path.join(unit_dir, "dflash-*.service")))
+    return {
+        "listeners": read_listeners(proc),
+        "paths": paths,
+        "drafts": drafts,
+        "units": units,
+        "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
+    }
+
+
+def stale_instances(unit_files, names):
+    """Installed dflash-<name>.service / dflash-stage-<name>.service whose instance left the inventory."""
+    names = set(names or ())
+    out = []
+    for f in unit_files or []:
+        m = re.match(r"^dflash-(stage-)?(.+)\.service$", f)
+        if m and m.group(2) not in names:
+            out.append({"unit": f, "instance": m.group(2), "stage": bool(m.group(1))})
+    return out
