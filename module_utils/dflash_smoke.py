@@ -21,6 +21,7 @@ it against real local HTTP servers and recorded ``systemctl show`` output.  No A
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -111,7 +112,7 @@ def parse_show(text: str) -> dict:
 
 def judge(show: dict, health: int | None, baseline_restarts: int = 0) -> str:
     """One poll's verdict: healthy | starting | failed | restarted | exited | missing."""
-    if show.get("LoadState") == "not-found":
+    if show.get("LoadState") in ("not-found", "error"):
         return "missing"
     active, sub = show.get("ActiveState"), show.get("SubState")
     if active == "failed":
@@ -133,7 +134,8 @@ def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monot
     """Poll every instance until all are healthy, one fails (returned at once) or time is up.
 
     ``instances``: [{name, unit, health_url}]; ``show(unit) -> dict`` (parsed systemctl show);
-    ``health(url, timeout) -> status or None``.  Returns {verdict: healthy|failed|timeout,
+    ``health(url, timeout) -> status or None``; ``baseline_restarts``: NRestarts that do not count
+    (an int, or {unit: int}; 0 right after a manual restart, which resets the counter).  Returns {verdict: healthy|failed|timeout,
     seconds, failed: [names], instances: {name: {verdict, seconds, show, health, polls,
     healthy_seen_at}}}."""
     t0 = clock()
@@ -152,7 +154,9 @@ def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monot
             if sh.get("ActiveState") in ("active", "activating", "reloading"):
                 code = health(inst["health_url"], min(1.0, remaining))
             st.update(show=sh, health=code, polls=st["polls"] + 1)
-            verdict = judge(sh, code, baseline_restarts)
+            base = (baseline_restarts.get(inst["unit"], 0) if isinstance(baseline_restarts, dict)
+                    else baseline_restarts)
+            verdict = judge(sh, code, base)
             if verdict != "starting":
                 st["verdict"] = verdict
                 st["seconds"] = round(clock() - t0, 3)
@@ -349,3 +353,21 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
         rec["error"] = str(exc)
         raise SmokeError(str(exc), rec) from None
     return rec
+
+
+def merge_record(record_dir, name, key, value):
+    """Set ``key`` in ``<record_dir>/<name>.json`` (the smoke record of one instance)."""
+    os.makedirs(record_dir, mode=0o755, exist_ok=True)
+    path = os.path.join(record_dir, name + ".json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        rec = {}
+    rec[key] = value
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(rec, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,141 @@
+#!/usr/bin/python
+"""Ansible module: create, activate, list, mark, roll back and prune dflash releases."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dflash_release
+short_description: Releases under <prefix>/releases and the current link
+description:
+  - C(prepare) finds the release for the given facts (content hash) or creates
+    C(<prefix>/releases/<id>/) with C(manifest.json), C(venv) and C(tree) links and
+    C(instances/<name>.env) (0600). It does not activate.
+  - C(activate) points C(<prefix>/current) at a release (atomic); C(deactivate) removes it.
+  - C(mark) records the smoke verdict (C(status.json)); C(list) lists releases oldest first
+    (order from the manifests); C(rollback_plan) says which release a rollback goes to and what
+    changes; C(prune) keeps the newest O(keep) (and current and O(protect)) and removes unused
+    patched trees and, with O(prune_layers), unused layers.
+  - Logic lives in C(module_utils/dflash_release.py).
+options:
+  action:
+    description: What to do.
+    type: str
+    required: true
+    choices: [prepare, activate, deactivate, mark, list, rollback_plan, prune]
+  prefix: {description: Install prefix., type: path, default: /opt/dflash}
+  layers: {description: The dflash_layers fact (final layer last)., type: list, elements: dict}
+  tree: {description: The dflash_tree fact., type: dict}
+  flags: {description: The dflash_flags fact., type: dict}
+  fingerprint: {description: The dflash_fingerprint fact., type: dict}
+  revision: {description: Toolkit git revision., type: str}
+  dirty: {description: Toolkit work tree has uncommitted changes., type: bool, default: false}
+  release_id: {description: Release for activate/mark., type: str}
+  status: {description: Verdict for mark., type: str, choices: [healthy, failed]}
+  detail: {description: Detail for mark., type: dict}
+  keep: {description: Releases to keep for prune., type: int, default: 5}
+  protect: {description: Release ids prune must keep., type: list, elements: str}
+  prune_layers: {description: Also remove layers no kept release refers to., type: bool, default: true}
+  rollback_to: {description: Release id for rollback_plan (default the previous healthy one)., type: str}
+  host: {description: Host name used in messages., type: str, default: ''}
+author: dflash-deploy
+"""
+
+EXAMPLES = r"""
+- name: List releases
+  dflash_release:
+    action: list
+"""
+
+RETURN = r"""
+id: {description: Release id (prepare)., type: str, returned: prepare}
+previous: {description: Release current pointed at before., type: str, returned: prepare, activate}
+changed_instances: {description: Instances whose venv, tree or env file differ from current., type: list,
+  returned: prepare, rollback_plan}
+releases: {description: Releases oldest first., type: list, returned: list}
+"""
+
+import glob
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_release import (
+    ReleaseError,
+    activate,
+    deactivate,
+    listing,
+    load_releases,
+    mark,
+    plan_rollback,
+    prepare,
+    prune,
+)
+
+try:
+    from ansible.module_utils.dflash_layers import prune_candidates
+except ImportError:  # the layers stage is not there yet
+    prune_candidates = None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "action": {"type": "str", "required": True,
+                       "choices": ["prepare", "activate", "deactivate", "mark", "list", "rollback_plan", "prune"]},
+            "prefix": {"type": "path", "default": "/opt/dflash"},
+            "layers": {"type": "list", "elements": "dict"},
+            "tree": {"type": "dict"},
+            "flags": {"type": "dict"},
+            "fingerprint": {"type": "dict"},
+            "revision": {"type": "str"},
+            "dirty": {"type": "bool", "default": False},
+            "release_id": {"type": "str"},
+            "status": {"type": "str", "choices": ["healthy", "failed"]},
+            "detail": {"type": "dict"},
+            "keep": {"type": "int", "default": 5},
+            "protect": {"type": "list", "elements": "str", "default": []},
+            "prune_layers": {"type": "bool", "default": True},
+            "rollback_to": {"type": "str"},
+            "host": {"type": "str", "default": ""},
+        },
+        required_if=[("action", "activate", ["release_id"]), ("action", "mark", ["release_id", "status"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    prefix, check = p["prefix"], module.check_mode
+    where = (p["host"] + ": ") if p["host"] else ""
+    try:
+        if p["action"] == "prepare":
+            res = prepare(prefix, p["layers"], p["tree"], p["flags"], p["fingerprint"], p["revision"], p["dirty"],
+                          host=p["host"] or "host", check_mode=check)
+            module.exit_json(changed=res["created"] or bool(res["repaired"]), **res)
+        if p["action"] == "activate":
+            module.exit_json(**activate(prefix, p["release_id"], check_mode=check))
+        if p["action"] == "deactivate":
+            module.exit_json(**deactivate(prefix, check_mode=check))
+        if p["action"] == "mark":
+            module.exit_json(**mark(prefix, p["release_id"], p["status"], p["detail"] or {}, check_mode=check))
+        if p["action"] == "list":
+            module.exit_json(changed=False, **listing(prefix))
+        if p["action"] == "rollback_plan":
+            module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"]))
+        if p["action"] == "prune":
+            res = prune(prefix, p["keep"], p["protect"], check_mode=check)
+            res["removed_layers"] = []
+            if p["prune_layers"] and prune_candidates is not None and res["kept"]:
+                # the layers stage's rule: a layer no kept release refers to may go
+                manifests, _ = load_releases(prefix)
+                kept = [m for m in manifests if m["id"] in res["kept"]]
+                layer_dirs = [d for d in glob.glob(os.path.join(prefix, "layers", "*")) if os.path.isdir(d)]
+                res["removed_layers"] = prune_candidates(layer_dirs, kept, 0, protect=res["referenced_layers"])
+                if not check:
+                    for d in res["removed_layers"]:
+                        shutil.rmtree(d)
+            res["changed"] = res["changed"] or bool(res["removed_layers"])
+            module.exit_json(**res)
+    except ReleaseError as exc:
+        module.fail_json(msg=f"{where}{exc}")
+
+
+if __name__ == "__main__":
+    main()

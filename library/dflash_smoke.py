@@ -1,0 +1,107 @@
+#!/usr/bin/python
+"""Ansible module: generation smoke test + speculative-decoding proof for SGLang instances."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dflash_smoke
+short_description: Prove that SGLang instances generate and that speculative decoding is active
+description:
+  - For each instance, a real chat completion (temperature 0, max_tokens 128, the seeds' fibonacci
+    prompt by default) must return C(content) or C(reasoning_content); tokens/s is recorded.
+    With C(--skip-tokenizer-init) in the args (no tokenizer, no chat) it generates from token ids.
+  - For DFLASH/DDTREE instances, C(/get_server_info) must name the algorithm and a C(/generate)
+    must show verify steps (C(spec_verify_ct) > 0) and an accept length in C(meta_info).
+  - Every instance is tried; the module fails naming each instance that did not pass.
+  - Logic lives in C(module_utils/dflash_smoke.py).
+options:
+  instances:
+    description: Instances to test.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name: {description: Instance name., type: str, required: true}
+      args: {description: The launch_server args., type: list, elements: str}
+      port: {description: Port (overrides args)., type: int}
+      algorithm: {description: Speculative algorithm (default from args)., type: str}
+      base_url: {description: Base URL (overrides args/port)., type: str}
+  prompt: {description: Chat prompt., type: str, default: "Write a Python function fibonacci(n) using iteration. Return only code."}
+  max_tokens: {description: max_tokens of the chat completion., type: int, default: 128}
+  temperature: {description: Sampling temperature., type: float, default: 0}
+  timeout: {description: Seconds per HTTP request., type: float, default: 120}
+  spec_max_new_tokens: {description: max_new_tokens of the /generate proof request., type: int, default: 64}
+  record_dir: {description: Directory where C(<name>.json) gets the C(smoke) record., type: path}
+  host: {description: Host name used in messages., type: str, default: ''}
+author: dflash-deploy
+"""
+
+EXAMPLES = r"""
+- name: Smoke-test
+  dflash_smoke:
+    instances:
+      - name: main
+        args: [--port, "30001", --speculative-algorithm, DFLASH]
+"""
+
+RETURN = r"""
+results: {description: Per instance record (generation, speculative, lab_standin, error)., type: dict,
+  returned: always}
+failed_instances: {description: Names that failed., type: list, returned: always}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_smoke import (
+    FIBONACCI_PROMPT,
+    SmokeError,
+    endpoint,
+    merge_record,
+    smoke_instance,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {"type": "list", "elements": "dict", "required": True},
+            "prompt": {"type": "str", "default": FIBONACCI_PROMPT},
+            "max_tokens": {"type": "int", "default": 128},
+            "temperature": {"type": "float", "default": 0.0},
+            "timeout": {"type": "float", "default": 120.0},
+            "spec_max_new_tokens": {"type": "int", "default": 64},
+            "record_dir": {"type": "path"},
+            "host": {"type": "str", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    where = (p["host"] + ": ") if p["host"] else ""
+    if module.check_mode:
+        module.exit_json(changed=False, results={}, failed_instances=[], msg="not run in check mode")
+    results, failed, msgs = {}, [], []
+    for i, item in enumerate(p["instances"]):
+        name = item.get("name")
+        if not name:
+            module.fail_json(msg=f"{where}instances[{i}]: name is required")
+        args = [str(a) for a in item.get("args") or []]
+        base = item.get("base_url") or endpoint(args, item.get("port"))
+        try:
+            rec = smoke_instance(base, args, algorithm=item.get("algorithm"), prompt=p["prompt"],
+                                 max_tokens=p["max_tokens"], temperature=p["temperature"], timeout=p["timeout"],
+                                 spec_max_new_tokens=p["spec_max_new_tokens"])
+            rec["passed"] = True
+        except SmokeError as exc:
+            rec = dict(exc.record, passed=False)
+            failed.append(name)
+            msgs.append(f"{where}instance {name}: smoke failed: {exc}")
+        results[name] = rec
+        if p["record_dir"]:
+            merge_record(p["record_dir"], name, "smoke", rec)
+    out = {"changed": bool(p["record_dir"]), "results": results, "failed_instances": failed}
+    if failed:
+        module.fail_json(msg="; ".join(msgs), **out)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+#!/usr/bin/python
+"""Ansible module: restart SGLang instance units and wait for them, failing fast."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dflash_wait
+short_description: Restart dflash instance units and wait until healthy, failing fast
+description:
+  - Optionally restarts the units (one C(systemctl restart) for all), then polls for every
+    instance at once the unit's ActiveState/SubState/NRestarts (C(systemctl show)) and C(/health)
+    every O(interval) seconds under one overall O(timeout).
+  - The first unit that failed, exited or was restarted by systemd ends the wait at once; its
+    journal since the restart is diagnosed (C(sglang_diagnose) logic) and the module fails with
+    the cause and remedy. A hang past O(timeout) fails the same way.
+  - Logic lives in C(module_utils/dflash_smoke.py).
+options:
+  instances:
+    description: Instances to wait for.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name: {description: Instance name., type: str, required: true}
+      unit: {description: Unit name (default C(dflash-<name>.service)), type: str}
+      args: {description: The launch_server args (to find host and port)., type: list, elements: str}
+      port: {description: Port (overrides args)., type: int}
+      base_url: {description: Base URL (overrides args/port)., type: str}
+  restart:
+    description: Restart the units first (the restart count then starts from 0).
+    type: bool
+    default: true
+  timeout:
+    description: Overall seconds for all instances to become healthy.
+    type: float
+    default: 900
+  interval:
+    description: Poll interval in seconds (0.25 to 1 is sensible).
+    type: float
+    default: 0.25
+  diagnose:
+    description: Diagnose failed instances from their journal.
+    type: bool
+    default: true
+  record_dir:
+    description: Directory where C(<name>.json) records the wait of each instance.
+    type: path
+  host:
+    description: Host name used in messages.
+    type: str
+    default: ''
+author: dflash-deploy
+"""
+
+EXAMPLES = r"""
+- name: Restart and wait
+  dflash_wait:
+    instances:
+      - name: main
+        args: [--port, "30001"]
+    timeout: 600
+"""
+
+RETURN = r"""
+verdict: {description: healthy, failed or timeout., type: str, returned: always}
+seconds: {description: Seconds from the restart to the verdict., type: float, returned: always}
+failed_instances: {description: Names that failed or timed out., type: list, returned: always}
+instances: {description: Per instance verdict, seconds, unit state, /health and diagnosis., type: dict,
+  returned: always}
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_smoke import (
+    SHOW_PROPERTIES,
+    describe_failure,
+    endpoint,
+    health_status,
+    journal_argv,
+    merge_record,
+    parse_show,
+    unit_name,
+    wait_units,
+)
+
+try:
+    from ansible.module_utils.dflash_diagnose import diagnose_text
+except ImportError:  # the diagnosis stage is not there yet
+    diagnose_text = None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {"type": "list", "elements": "dict", "required": True},
+            "restart": {"type": "bool", "default": True},
+            "timeout": {"type": "float", "default": 900.0},
+            "interval": {"type": "float", "default": 0.25},
+            "diagnose": {"type": "bool", "default": True},
+            "record_dir": {"type": "path"},
+            "host": {"type": "str", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    where = (p["host"] + ": ") if p["host"] else ""
+    insts = []
+    for i, item in enumerate(p["instances"]):
+        if not item.get("name"):
+            module.fail_json(msg=f"{where}instances[{i}]: name is required")
+        insts.append({
+            "name": item["name"],
+            "unit": item.get("unit") or unit_name(item["name"]),
+            "health_url": (item.get("base_url") or endpoint(item.get("args") or [], item.get("port"))) + "/health",
+        })
+    if not insts:
+        module.exit_json(changed=False, verdict="healthy", seconds=0.0, failed_instances=[], instances={})
+    if module.check_mode:
+        module.exit_json(changed=p["restart"], verdict="skipped (check mode)", seconds=0.0, failed_instances=[],
+                         instances={i["name"]: {"verdict": "not run"} for i in insts})
+
+    systemctl = module.get_bin_path("systemctl", required=True)
+    since = time.time()
+    restart_out = None
+    if p["restart"]:
+        # a unit that cannot even start (missing EnvironmentFile, bad ExecStart) makes this fail;
+        # the poll below sees the unit state and the journal says why
+        rc, _out, err = module.run_command([systemctl, "restart", "--"] + [i["unit"] for i in insts])
+        restart_out = {"rc": rc, "stderr": err.strip()[-2000:]}
+
+    def show(unit):
+        rc, out, _ = module.run_command([systemctl, "show", "-p", ",".join(SHOW_PROPERTIES), "--", unit])
+        return parse_show(out) if rc == 0 else {"LoadState": "error"}
+
+    # a manual restart resets NRestarts; without one, restarts from before this wait do not count
+    baseline = 0 if p["restart"] else {i["unit"]: show(i["unit"]).get("NRestarts") or 0 for i in insts}
+    res = wait_units(insts, show=show, health=health_status, timeout=p["timeout"], interval=p["interval"],
+                     baseline_restarts=baseline)
+    msgs = []
+    journalctl = module.get_bin_path("journalctl")
+    for inst in insts:
+        st = res["instances"][inst["name"]]
+        st["unit"] = inst["unit"]
+        if inst["name"] in res["failed"]:
+            diag = None
+            if p["diagnose"] and journalctl:
+                diag = diagnose_unit(module, journalctl, inst["unit"], since)
+            st["diagnosis"] = diag
+            msgs.append(where + describe_failure(inst["name"], st, diag))
+        if p["record_dir"]:
+            merge_record(p["record_dir"], inst["name"], "wait", dict(st, since=since, restart=restart_out))
+    result = {
+        "changed": p["restart"],
+        "verdict": res["verdict"],
+        "seconds": res["seconds"],
+        "failed_instances": res["failed"],
+        "instances": res["instances"],
+        "restart": restart_out,
+    }
+    if res["verdict"] != "healthy":
+        module.fail_json(msg="; ".join(msgs) or f"{where}wait: {res['verdict']}", **result)
+    module.exit_json(**result)
+
+
+def diagnose_unit(module, journalctl, unit, since):
+    """Diagnose the unit's journal since ``since``.  journald may lag the unit state by a few
+    hundred ms: read again (up to ~2 s) while the log holds no decisive line."""
+    diag, text = None, ""
+    for attempt in range(5):
+        _rc, text, _err = module.run_command(journal_argv(unit, since))
+        if diagnose_text is None:
+            return {"cause": "unknown", "summary": "dflash_diagnose is not available", "remedy": "",
+                    "evidence": text.splitlines()[-10:]}
+        diag = diagnose_text(text, source=f"journalctl -u {unit}")
+        if diag.get("cause") != "unknown" or attempt == 4:
+            break
+        time.sleep(0.4)
+    diag = dict(diag or {})
+    diag["journal_tail"] = text.splitlines()[-30:]
+    return diag
+
+
+if __name__ == "__main__":
+    main()
