@@ -21,7 +21,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+    def do_GET(self) -> None:
         if self.path == "/health":
             self._send(200, {"status": "ok", "service": "ddtree-wrapper"})
         elif self.path == "/v1/models":
