@@ -1,0 +1,115 @@
+#!/usr/bin/python
+"""Ansible module: diagnose a failed SGLang / vLLM / PyTorch server from its log."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_diagnose
+short_description: Tell why an SGLang server failed, from its log
+description:
+  - Reads a server log (a file on the managed host, or text passed in) and returns the root
+    cause of the failure as one of a fixed set of causes, with a summary, a concrete remedy
+    (the flag or the pin) and the few log lines that decided it.
+  - The first fatal error wins over later noise (rank shutdown, sigquit, NCCL aborts of the
+    other ranks). Journal prefixes, rank prefixes, ANSI colours and CRLF line ends are handled.
+    Logs larger than I(max_bytes) are read as head and tail.
+  - Never changes anything; check mode is supported.
+options:
+  log_file:
+    description: Path of the log on the managed host. Exactly one of I(log_file), I(log_text).
+    type: path
+  log_text:
+    description: The log itself (e.g. a registered C(journalctl -u ...) output).
+    type: str
+  max_bytes:
+    description: Read at most this many bytes of I(log_file) (head and tail beyond it).
+    type: int
+    default: 33554432
+  fail_on_cause:
+    description: Fail the task when a cause other than C(unknown) is found.
+    type: bool
+    default: false
+author: dflash-deploy
+"""
+
+EXAMPLES = r"""
+- name: Diagnose the instance from its journal since it started
+  sglang_diagnose:
+    log_text: "{{ __journal.stdout }}"
+  register: __diagnosis
+
+- name: Diagnose a saved log (from the repository root)
+  # ansible localhost -m sglang_diagnose -a log_file=/tmp/sglang.log
+  sglang_diagnose:
+    log_file: /tmp/sglang.log
+"""
+
+RETURN = r"""
+cause:
+  description: One of missing_module, kernel_abi, xgrammar_structural_tag, flashinfer_arch,
+    cuda_oom, port_in_use, model_missing, nccl_init, no_kernel_image, driver_too_old, unknown.
+  type: str
+  returned: always
+summary:
+  description: One sentence naming what failed, with the names from the log.
+  type: str
+  returned: always
+remedy:
+  description: The concrete fix (flag, pin, package, port, path).
+  type: str
+  returned: always
+evidence:
+  description: The log lines that decided the cause, verbatim (ANSI colours removed).
+  type: list
+  elements: str
+  returned: always
+facts:
+  description: What the log says about the host (SM, GPU, torch/CUDA/driver versions, server args).
+  type: dict
+  returned: always
+also_seen:
+  description: Other causes matched later in the same run (consequences or noise).
+  type: list
+  elements: str
+  returned: when a cause was found
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_diagnose import diagnose_file, diagnose_text
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "log_file": {"type": "path"},
+            "log_text": {"type": "str"},
+            "max_bytes": {"type": "int", "default": 32 * 1024 * 1024},
+            "fail_on_cause": {"type": "bool", "default": False},
+        },
+        mutually_exclusive=[("log_file", "log_text")],
+        required_one_of=[("log_file", "log_text")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["max_bytes"] < 1024:
+        module.fail_json(msg=f"max_bytes must be at least 1024, got {p['max_bytes']}")
+    if p["log_file"] is not None:
+        path = p["log_file"]
+        if not os.path.isfile(path):
+            module.fail_json(msg=f"log_file {path} does not exist or is not a file")
+        try:
+            result = diagnose_file(path, max_bytes=p["max_bytes"])
+        except OSError as exc:
+            module.fail_json(msg=f"cannot read log_file {path}: {exc}")
+    else:
+        result = diagnose_text(p["log_text"], source="log_text")
+    if p["fail_on_cause"] and result["cause"] != "unknown":
+        module.fail_json(msg=f"{result['cause']}: {result['summary']}", changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

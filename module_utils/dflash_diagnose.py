@@ -1,0 +1,940 @@
+"""Diagnose why an SGLang (or vLLM / PyTorch) server failed, from its log.
+
+Pure functions, no Ansible import. ``diagnose_text(text)`` / ``diagnose_file(path)`` return
+``{cause, summary, remedy, evidence, ...}`` where cause is one of ``CAUSES``.
+
+How a verdict is reached:
+
+1. The log is normalised line by line: ANSI colour codes and carriage returns are dropped and
+   journal / rank / logger prefixes are peeled off for matching (evidence keeps the line as it
+   was, less colour codes).
+2. When the log spans several starts of a systemd unit, the latest start that failed is judged.
+3. Every line is tried against ``RULES`` (a data table: pattern, cause, priority, summary and
+   remedy templates). Strong rules are fatal errors; weak rules are warnings that only hint.
+4. The root cause is the first fatal error: the earliest strong match, unless a match of higher
+   priority belongs to the same incident (within ``INCIDENT_LINES`` lines after it). Later noise
+   ("Rank 0 scheduler is dead", "Received sigquit", NCCL aborts of the other ranks) never wins
+   over an earlier root error.
+5. Facts are collected from the whole log (SM, GPU, torch/CUDA/driver versions, server args) and
+   fill the templates so the remedy names the real module, port, path, SM and versions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+CAUSES = (
+    "missing_module",
+    "kernel_abi",
+    "xgrammar_structural_tag",
+    "flashinfer_arch",
+    "cuda_oom",
+    "port_in_use",
+    "model_missing",
+    "nccl_init",
+    "no_kernel_image",
+    "driver_too_old",
+    "unknown",
+)
+
+# A strong match of higher priority this many lines after the first one is taken as the same
+# incident (e.g. the "undefined symbol" line a few lines after sgl_kernel's CRITICAL banner).
+INCIDENT_LINES = 40
+# Evidence lines returned at most, and the longest line kept verbatim in evidence.
+MAX_EVIDENCE = 6
+MAX_EVIDENCE_CHARS = 600
+# Files larger than this are read as head + tail (the first fatal error is usually near the
+# start of a failed run, the latest run is at the end).
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+HEAD_FRACTION = 0.25
+
+# --------------------------------------------------------------------------- normalisation
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][A-Za-z0-9]")
+
+# Prefixes peeled off (repeatedly) before matching.
+_PREFIX_RES = [
+    # journalctl short: "May 23 10:15:02 host python[1234]: "
+    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ [^\s:\[]+(?:\[\d+\])?: "),
+    # journalctl short-iso / -o short-precise: "2025-05-23T10:15:02+0000 host python[1234]: "
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? \S+ [^\s:\[]+(?:\[\d+\])?: "),
+    # bracketed ISO timestamps (CI / kubectl): "[2025-09-12T15:42:57Z] "
+    re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]\s*"),
+    # docker/k8s timestamps: "2025-05-23T10:15:02.123456789Z "
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"),
+    # vLLM / ray worker tags: "(VllmWorker rank=1 pid=123) ", "(EngineCore_DP0 pid=1) ", "(pid=1) "
+    re.compile(r"^\((?:[A-Za-z_][\w.:-]*\s+)?(?:rank=\d+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s*"),
+    # torchrun rank prefixes: "[rank0]: ", "[default0]:", "0: "
+    re.compile(r"^\[(?:rank|default)\d+\]:\s?"),
+    # sglang: "[2025-05-23 10:15:02 TP0] ", "[2025-05-23 10:15:02 DP0 TP1 EP1] ", "[2025-05-23 10:15:02] "
+    re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{2,4}\d+)*\] "),
+    # vLLM: "ERROR 05-23 10:15:02 [core.py:123] ", "INFO 05-23 10:15:02 engine.py:12] "
+    re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[?[\w./-]+:\d+\]\s*"),
+    # python logging: "2025-05-23 10:15:02,123 - name - ERROR - ", "2025-05-23 10:15:02 ERROR "
+    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s+-\s+[\w.]+)?\s+-?\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)?\s*-?\s*"),
+]
+
+
+def strip_ansi(line: str) -> str:
+    return ANSI_RE.sub("", line)
+
+
+def strip_prefixes(line: str) -> str:
+    """Peel journal / rank / logger prefixes (any order, a few levels deep)."""
+    for _ in range(6):
+        for rx in _PREFIX_RES:
+            m = rx.match(line)
+            if m and m.end() > 0:
+                line = line[m.end():]
+                break
+        else:
+            return line
+    return line
+
+
+# --------------------------------------------------------------------------- rule table
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table: a line pattern and what it means."""
+
+    name: str
+    cause: str
+    priority: int
+    pattern: re.Pattern
+    summary: str
+    remedy: str
+    weak: bool = False
+    # a match is dropped when the line also matches this (e.g. generic rules vs specific ones)
+    unless: re.Pattern | None = None
+
+
+def _rx(p: str) -> re.Pattern:
+    return re.compile(p, re.IGNORECASE)
+
+
+_DRIVER_REMEDY = (
+    "upgrade the NVIDIA driver{driver_found_s} to one that supports {cuda_needed_ref} (CUDA 12.8 needs "
+    "driver >= 570, 12.9 >= 575, 13.0 >= 580), or install torch / kernel wheels built for "
+    "{driver_cuda_ref} or older"
+)
+_MODULE_REMEDY = (
+    "install the missing package into the server's venv: `uv pip install {package}` "
+    "(in the toolkit: add `{package}` to the overlay layer of dflash_venv_layers so every "
+    "release has it), then restart"
+)
+
+RULES: list[Rule] = [
+    # ---------------------------------------------------------------- driver_too_old
+    Rule("driver_too_old_torch", "driver_too_old", 100,
+         _rx(r"NVIDIA driver on your system is too old(?: \(found version (?P<driver_found>\d+)\))?"),
+         "the NVIDIA driver is too old for this CUDA build{driver_found_s}",
+         _DRIVER_REMEDY),
+    Rule("driver_insufficient", "driver_too_old", 100,
+         _rx(r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
+             r"|CUDA_ERROR_INSUFFICIENT_DRIVER|driver version is insufficient"),
+         "the CUDA runtime in the venv is newer than the installed driver supports{driver_found_s}",
+         _DRIVER_REMEDY),
+    Rule("driver_ptx_toolchain", "driver_too_old", 95,
+         _rx(r"provided PTX was compiled with an unsupported toolchain|CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
+             r"|cudaErrorUnsupportedPtxVersion"),
+         "the driver is older than the toolkit that compiled the PTX (unsupported toolchain){driver_found_s}",
+         "upgrade the NVIDIA driver to one that supports the CUDA toolkit used for JIT "
+         "({nvcc_ref}; CUDA 12.8 needs driver >= 570, 12.9 >= 575, 13.0 >= 580), or use a toolkit / "
+         "triton build no newer than {driver_cuda_ref}"),
+    Rule("driver_forward_compat", "driver_too_old", 95,
+         _rx(r"forward compatibility was attempted on non supported HW|cudaErrorCompatNotSupportedOnDevice"
+             r"|Error 804"),
+         "CUDA forward-compatibility libraries were picked up on a GPU/driver that does not support them",
+         "upgrade the NVIDIA driver to one that natively supports {cuda_needed_ref}, or remove the "
+         "cuda-compat libraries from LD_LIBRARY_PATH and use wheels built for {driver_cuda_ref}"),
+    Rule("driver_missing", "driver_too_old", 70,
+         _rx(r"Found no NVIDIA driver on your system|NVIDIA-SMI has failed because it couldn't communicate"
+             r" with the NVIDIA driver|libcuda\.so(?:\.1)?: cannot open shared object file"),
+         "no usable NVIDIA driver was found (driver not installed / not loaded / not mounted)",
+         "install or load the NVIDIA driver (nvidia-smi must work on the host, and inside containers "
+         "use the NVIDIA container runtime), then restart"),
+
+    # ---------------------------------------------------------------- flashinfer_arch
+    Rule("flashinfer_cuda_129", "flashinfer_arch", 92,
+         _rx(r"SM ?(?P<sm_major>1[0-2])\.?x? requires CUDA >= ?(?P<cuda_req>\d+\.\d+)"),
+         "FlashInfer JIT cannot target this GPU{sm_s} with the available CUDA{nvcc_s}",
+         "start with `--attention-backend triton` (no FlashInfer JIT), or provide a CUDA >= {cuda_req} nvcc "
+         "for FlashInfer JIT (CUDA_HOME / PATH of the unit), or use a flashinfer-jit-cache / cubin build "
+         "that covers {sm_arch}", weak=True),
+    Rule("flashinfer_sm_check", "flashinfer_arch", 92,
+         _rx(r"FlashInfer(?: JIT)?[^\n]{0,80}(?:requires|only supports?|not supported)[^\n]{0,60}"
+             r"(?:sm_?\d+|SM ?\d+|compute capability|architecture)"
+             r"|(?:sm_?\d+|SM ?\d+|compute capability|architecture)[^\n]{0,60}not supported[^\n]{0,40}FlashInfer"),
+         "FlashInfer rejected this GPU architecture{sm_s}",
+         "start with `--attention-backend triton` (and `--sampling-backend pytorch`), or install a "
+         "FlashInfer build / CUDA >= 12.9 nvcc whose JIT supports {sm_arch}"),
+    Rule("flashinfer_unsupported_arch", "flashinfer_arch", 91,
+         _rx(r"flashinfer[^\n]*Unsupported architectur|Unsupported architectur[^\n]*flashinfer"
+             r"|backends are supported on Blackwell[^\n]*attention_backend=flashinfer"),
+         "FlashInfer does not support this GPU architecture for the chosen kernels{sm_s}",
+         "start with `--attention-backend triton` (the FlashInfer kernels chosen here have no build for "
+         "{sm_arch}), or use an attention backend the log names as supported"),
+    Rule("flashinfer_no_arch", "flashinfer_arch", 92,
+         _rx(r"No supported CUDA architectures found for major versions"),
+         "FlashInfer JIT found no CUDA architecture it can build for{sm_s}{nvcc_s}",
+         "start with `--attention-backend triton`, or give FlashInfer JIT a CUDA >= 12.9 nvcc "
+         "(needed for {sm_arch}) via CUDA_HOME / PATH, or set FLASHINFER_CUDA_ARCH_LIST to the GPU's arch"),
+    Rule("nvcc_unsupported_arch", "flashinfer_arch", 91,
+         _rx(r"nvcc fatal\s*:\s*Unsupported gpu architecture '(?P<nvcc_arch>[\w]+)'"
+             r"|Value '(?P<ptxas_arch>sm_\w+)' is not defined for option 'gpu-name'"),
+         "the CUDA compiler used for JIT kernels does not know {arch_name}{nvcc_s}",
+         "start with `--attention-backend triton` to avoid FlashInfer JIT, or install a newer CUDA "
+         "toolkit (CUDA >= 12.9 for sm_120/sm_121, >= 12.8 for sm_100) and point CUDA_HOME / PATH of "
+         "the unit at it"),
+    Rule("flashinfer_jit_fail", "flashinfer_arch", 60,
+         _rx(r"flashinfer[^\n]{0,120}(?:Ninja build failed|build failed|compilation failed|JIT compil\w+ fail)"
+             r"|RuntimeError: Ninja build failed"),
+         "FlashInfer JIT compilation failed{sm_s}{nvcc_s}",
+         "start with `--attention-backend triton`, or provide a CUDA >= 12.9 nvcc that supports "
+         "{sm_arch} for FlashInfer JIT"),
+
+    # ---------------------------------------------------------------- no_kernel_image
+    Rule("no_kernel_image", "no_kernel_image", 90,
+         _rx(r"no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice"
+             r"|CUDA_ERROR_NO_BINARY_FOR_GPU|no binary for gpu"),
+         "a CUDA binary in the venv has no kernel for this GPU{sm_s}",
+         "install torch and the kernel wheels (sglang-kernel, flashinfer, ...) built for {sm_arch} "
+         "(e.g. a CUDA 12.8+ torch for Blackwell sm_100/sm_120), or rebuild the extension with "
+         "TORCH_CUDA_ARCH_LIST=\"{arch_env}\"{torch_arch_s}"),
+    Rule("torch_sm_incompatible", "no_kernel_image", 89,
+         _rx(r"with CUDA capability (?P<cap>sm_\d+a?) is not compatible with the current PyTorch installation"),
+         "the installed torch has no kernels for this GPU{sm_s}",
+         "install a torch build that includes {sm_arch} (e.g. torch +cu128 or newer for Blackwell), and "
+         "kernel wheels built against that torch{torch_arch_s}", weak=True),
+    Rule("triton_arch_unsupported", "no_kernel_image", 70,
+         _rx(r"(?:PTX .* not supported|ptxas[^\n]{0,40}fatal|Unsupported architecture)[^\n]{0,80}sm_\d+"),
+         "the kernel compiler does not support this GPU{sm_s}",
+         "install a torch / triton built for {sm_arch} (newer CUDA), or a CUDA toolkit that knows it"),
+
+    # ---------------------------------------------------------------- xgrammar_structural_tag
+    Rule("xgrammar_import", "xgrammar_structural_tag", 88,
+         _rx(r"cannot import name '(?P<xgr_name>\w+)' from 'xgrammar"
+             r"|module 'xgrammar[\w.]*' has no attribute '(?P<xgr_attr>\w+)'"
+             r"|No module named 'xgrammar\.(?P<xgr_sub>[\w.]+)'"),
+         "the installed xgrammar{xgrammar_version_s} lacks {xgr_symbol} that this sglang needs",
+         "add `--grammar-backend none` to the instance flags (no grammar-constrained output), or pin "
+         "xgrammar>=0.1.32 (what sglang 0.5.11 requires) in the layer and redeploy"),
+
+    # ---------------------------------------------------------------- kernel_abi
+    Rule("sgl_kernel_common_ops", "kernel_abi", 86,
+         _rx(r"\[sgl_kernel\] CRITICAL: Could not load any common_ops library"),
+         "sgl_kernel's compiled common_ops could not be loaded (ABI mismatch with {torch})",
+         "install the sglang-kernel wheel built for {torch} and its CUDA "
+         "(sglang 0.5.11 pairs sglang-kernel 0.4.2 with torch 2.11.0+cu130); keep torch, triton, "
+         "nvidia-* and sgl_kernel from ONE CUDA build (do not mix +cu128 and +cu130)"),
+    Rule("undefined_symbol", "kernel_abi", 85,
+         _rx(r"(?P<so_path>[\w./+-]*\.so[\w.]*): undefined symbol: (?P<symbol>\S+)"
+             r"|undefined symbol: (?P<symbol2>\S+)"),
+         "{so_package} was built against a different torch/CUDA ABI than "
+         "{torch} (undefined symbol {symbol_short})",
+         "reinstall {so_package_pip} built for {torch} (same torch version AND CUDA "
+         "variant), or install the torch it was built for; keep torch, triton, nvidia-* and compiled "
+         "extensions from ONE CUDA build (do not overlay +cu130 kernels on a +cu128 torch)"),
+    Rule("cuda_lib_missing", "kernel_abi", 84,
+         _rx(r"(?P<cuda_lib>lib(?:cudart|cublas\w*|cudnn\w*|nvrtc|nccl|cufft|curand|cusparse\w*|cusolver\w*"
+             r"|nvJitLink|nvToolsExt|torch\w*|c10\w*)\.so(?:\.[\d.]+)?): cannot open shared object file"),
+         "a compiled extension needs {cuda_lib}, which is not installed (CUDA major version mismatch "
+         "between wheels)",
+         "install wheels that all target the same CUDA major ({torch}): the missing "
+         "{cuda_lib} comes from the nvidia-* wheel of that CUDA, or reinstall the extension built for "
+         "the installed torch"),
+    Rule("torch_ops_missing", "kernel_abi", 80,
+         _rx(r"'_OpNamespace' '(?P<op_ns>sgl_kernel|_C|vllm|flashinfer|_moe_C)' object has no attribute '(?P<op>\w+)'"
+             r"|No such operator (?P<op_full>sgl_kernel::\w+|_C::\w+)"),
+         "the compiled kernel package does not provide the op {op_name} (version mismatch with sglang)",
+         "install the sglang-kernel version this sglang pins (sglang 0.5.11 -> sglang-kernel 0.4.2), "
+         "built for {torch}"),
+    Rule("cuda_major_mismatch", "kernel_abi", 80,
+         _rx(r"compiled with different CUDA (?:major )?versions"
+             r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch"),
+         "packages in the venv were built for different CUDA versions",
+         "reinstall torch, torchvision/torchaudio and compiled extensions from the same CUDA variant "
+         "({torch})"),
+    Rule("glibcxx", "kernel_abi", 75,
+         _rx(r"version `(?P<glibc_sym>GLIBCXX_[\d.]+|GLIBC_[\d.]+|CXXABI_[\d.]+)' not found"),
+         "a compiled extension needs {glibc_sym}, newer than the host's C/C++ runtime provides",
+         "use wheels built for this OS's glibc/libstdc++ (manylinux tag), or install a newer "
+         "libstdc++ (e.g. conda's libstdcxx-ng) into the environment"),
+
+    # ---------------------------------------------------------------- cuda_oom
+    Rule("torch_oom", "cuda_oom", 70,
+         _rx(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
+             r"|CUBLAS_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|out of memory \(cudaMalloc\)"),
+         "the GPU ran out of memory{oom_where}{oom_detail}",
+         "{oom_remedy}"),
+    Rule("sglang_not_enough_memory", "cuda_oom", 72,
+         _rx(r"Not enough memory\. Please try to increase --mem-fraction-static"
+             r"|max_total_num_tokens=\d+ is too small|(?:KV cache|kv_cache) pool[^\n]*(?:too small|negative)"),
+         "too little GPU memory is left for the KV cache after loading the weights{mfs_s}",
+         "raise `--mem-fraction-static` (now {mem_fraction_static}) if the GPU is otherwise free, and/or "
+         "lower `--context-length` / `--max-running-requests`, use a larger `--tp-size`, or free the GPU "
+         "(other processes: check nvidia-smi)"),
+    Rule("vllm_no_cache_memory", "cuda_oom", 72,
+         _rx(r"No available memory for the cache blocks"
+             r"|larger than the maximum number of tokens that can be stored in KV cache"
+             r"|insufficient KV cache|not enough KV cache space"),
+         "too little GPU memory is left for the KV cache",
+         "raise `--gpu-memory-utilization` (vLLM) / `--mem-fraction-static` (SGLang), lower "
+         "`--max-model-len` / `--context-length`, or shard with a larger tensor-parallel size"),
+
+    # ---------------------------------------------------------------- port_in_use
+    Rule("port_bind", "port_in_use", 65,
+         _rx(r"error while attempting to bind on address \('?(?P<addr>[^']*)'?,\s*(?P<port>\d+)(?:, \d+, \d+)?\)"
+             r"[^\n]*address already in use"),
+         "port {port} on {addr} is already in use",
+         "stop the process holding port {port} (`ss -ltnp 'sport = :{port}'` shows it) or give this "
+         "instance another `--port`; leave room for SGLang's internal ports (it also binds a few "
+         "ports after --port and a --nccl-port)"),
+    Rule("port_zmq", "port_in_use", 64,
+         _rx(r"ZMQError: Address already in use(?: \(addr='(?P<zmq_addr>[^']+)'\))?"),
+         "an internal ZMQ port{zmq_addr_s} is already in use",
+         "another server (or a stale process of this one) holds the port{zmq_addr_s}: stop it "
+         "(`ss -ltnp` shows it), or move this instance to a `--port` far from other instances"),
+    Rule("port_torch_dist", "port_in_use", 64,
+         _rx(r"EADDRINUSE|server socket has failed to bind|failed to listen on any local network address"
+             r"|Address already in use|port (?P<port2>\d+) is (?:already )?(?:in use|not available|occupied)"
+             r"|(?:already in use|not available)[^\n]{0,30}port[ =:]*(?P<port3>\d+)"),
+         "{port_ref_cap} needed by the server is already in use",
+         "stop the process holding {port_ref} (`ss -ltnp` shows it) or pick another port "
+         "(`--port`, or `--nccl-port` / `--dist-init-addr` for the distributed rendezvous)"),
+
+    # ---------------------------------------------------------------- model_missing
+    Rule("hf_repo_id", "model_missing", 62,
+         _rx(r"Repo id must (?:be in the form|use alphanumeric)[^\n]*?: '(?P<model>[^']+)'"),
+         "the model path {model} does not exist on the host, so it was taken for a Hub repo id",
+         "fix `--model-path` ({model}): it must be an existing local directory with config.json "
+         "(or a valid Hub repo id with network access); check the instance's model_path and mounts"),
+    Rule("hf_cant_load_config", "model_missing", 62,
+         _rx(r"Can't load (?:the )?(?:configuration|tokenizer|config)[^\n]*? for '(?P<model>[^']+)'"
+             r"|(?P<model2>[^\s'\"]+) does not appear to have a file named (?P<missing_file>[\w.-]+)"),
+         "the model at {model} could not be loaded (missing {missing_file})",
+         "fix `--model-path` ({model}): point it at the directory that holds config.json, the "
+         "tokenizer and the weights (download it first / check mounts and permissions)"),
+    Rule("hf_repo_not_found", "model_missing", 60,
+         _rx(r"RepositoryNotFoundError|GatedRepoError|Repository Not Found for url|is not a valid model identifier"
+             r"|is not a local folder and is not a valid model"),
+         "the model {model} is neither a local directory nor an accessible Hub repository",
+         "fix `--model-path` ({model}) to an existing local directory, or for a gated/private Hub "
+         "model set HF_TOKEN in the instance env (and download it ahead, since servers run offline)"),
+    Rule("hf_offline", "model_missing", 58,
+         _rx(r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError"
+             r"|outgoing traffic has been disabled|Cannot find the requested files in the (?:local )?cache"),
+         "the model {model} is not on disk and could not be fetched (offline)",
+         "download the model to the host ahead of time and set `--model-path` to that directory "
+         "(HF_HUB_OFFLINE=1 needs a complete local copy)"),
+    Rule("model_file_missing", "model_missing", 55,
+         _rx(r"No such file or directory: '(?P<model_file>[^']*(?:config\.json|\.safetensors|tokenizer[^']*|"
+             r"\.bin|generation_config\.json|/models?/[^']*))'"),
+         "a model file is missing: {model_file}",
+         "fix `--model-path` ({model}) or finish the download: {model_file} must exist and be readable "
+         "by the service user"),
+    Rule("no_safetensors", "model_missing", 55,
+         _rx(r"Cannot find any model weights with|No model weights found|Error no file named "
+             r"(?:pytorch_model\.bin|model\.safetensors)"),
+         "no model weights were found at {model}",
+         "point `--model-path` at a directory holding the *.safetensors weights (or finish the download)"),
+
+    # ---------------------------------------------------------------- nccl_init
+    Rule("nccl_error", "nccl_init", 50,
+         _rx(r"NCCL error[^\n]*?(?P<nccl_kind>unhandled system error|internal error|unhandled cuda error|"
+             r"invalid usage|remote process exited|invalid argument|unhandled system|Call to \w+ failed)"
+             r"|(?P<nccl_code>ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage"
+             r"|ncclRemoteError|ncclInvalidArgument)"),
+         "NCCL failed to initialise the communicator ({nccl_kind_s}{nccl_version_s})",
+         "{nccl_remedy}"),
+    Rule("nccl_generic", "nccl_init", 45,
+         _rx(r"DistBackendError|ProcessGroupNCCL[^\n]*(?:error|failed)|NCCL WARN|Failed to initialize NCCL"
+             r"|NCCL communicator was aborted|Watchdog caught collective operation timeout"
+             r"|init_process_group[^\n]*(?:timed out|failed)"),
+         "the distributed (NCCL) setup between the GPUs failed{nccl_version_s}",
+         "{nccl_remedy}"),
+
+    # ---------------------------------------------------------------- missing_module
+    Rule("module_not_found", "missing_module", 78,
+         _rx(r"No module named '(?P<module>[\w.]+)'"),
+         "Python module '{module}' is not installed in the server's venv",
+         _MODULE_REMEDY,
+         unless=_rx(r"No module named '(?:common_ops|xgrammar\.|_soundfile_data|[\w.]*\._C\b|"
+                    r"[\w.]*_C'|sgl_kernel\.common_ops)")),
+    Rule("sndfile_lib", "missing_module", 79,
+         _rx(r"sndfile library not found|cannot load library 'libsndfile"),
+         "soundfile is installed but the libsndfile system library is missing",
+         "install the library: `apt-get install -y libsndfile1` (or `uv pip install --reinstall soundfile` "
+         "to get the wheel that bundles it), then restart"),
+    Rule("cannot_import_name", "missing_module", 60,
+         _rx(r"cannot import name '(?P<import_name>\w+)' from '(?P<import_from>[\w.]+)'"),
+         "'{import_name}' is missing from the installed {import_from_top} (incompatible version)",
+         "install the version of {import_from_pip} that this sglang pins (check `uv pip check` in the "
+         "venv) so that {import_from}.{import_name} exists, then restart",
+         unless=_rx(r"from 'xgrammar")),
+    Rule("ext_module_missing", "kernel_abi", 77,
+         _rx(r"No module named '(?P<ext_module>[\w.]*\._C|[\w.]*_C|common_ops|sgl_kernel\.common_ops)'"),
+         "the compiled extension {ext_module} could not be imported (not built for this torch/CUDA)",
+         "reinstall the package that provides {ext_module} as a wheel built for the installed torch "
+         "({torch}; do not run from a source checkout without building it)"),
+]
+
+_RULE_PREFILTER = re.compile(
+    r"driver|PTX|804|forward compat|requires CUDA|flashinfer|supported|architecture|nvcc|gpu-name"
+    r"|kernel image|NO_BINARY|binary for gpu|capability|xgrammar|common_ops|undefined symbol|shared object"
+    r"|_OpNamespace|operator|CUDA (?:major )?version|GLIBC|CXXABI|memory|OOM|ALLOC_FAILED|cudaErrorMemory"
+    r"|KV cache|kv_cache|max_total_num_tokens|bind|Address already|EADDRINUSE|port|Repo id|Can't load"
+    r"|does not appear|RepositoryNotFound|GatedRepo|Repository Not Found|model identifier|local folder"
+    r"|huggingface|LocalEntryNotFound|outgoing traffic|cache|No such file|model weights|no file named"
+    r"|NCCL|nccl|DistBackend|init_process_group|Watchdog|No module named|sndfile|cannot import name|Ninja",
+    re.IGNORECASE,
+)
+
+# Lines that show the server came up (a weak-only hint before/after them is just a warning).
+HEALTHY_RE = re.compile(
+    r"The server is fired up and ready to roll|Uvicorn running on|Application startup complete"
+    r"|Started server process|Avg prompt throughput|Decode batch\. #running-req|Prefill batch\. #new-seq"
+    r"|lab stand-in: serving",
+    re.IGNORECASE,
+)
+
+# Generic failure lines, for an honest "unknown" when no rule matched.
+GENERIC_FATAL_RE = re.compile(
+    r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception)|KeyboardInterrupt|SystemExit)(?::|$)"
+    r"|Segmentation fault|core dumped|Fatal Python error|terminate called after|Aborted"
+    r"|CUDA error:|Main process exited, code=|Failed with result|ERROR|FATAL|CRITICAL",
+)
+# ... but these are consequences, never a root cause.
+NOISE_RE = re.compile(
+    r"scheduler is dead|Received sigquit|sigquit|Please check if there are relevant logs"
+    r"|Killing process|child process|Exception ignored in|Traceback \(most recent call last\)"
+    r"|During handling of the above exception|The above exception was the direct cause"
+    r"|Failed with result 'exit-code'|Main process exited|Unit .* entered failed state"
+    r"|EngineCore encountered an issue|Engine core initialization failed|See root cause above"
+    r"|ERROR\s*$|^\s*$",
+    re.IGNORECASE,
+)
+
+# systemd lines that start a new run of the unit ("Started" is logged on every (re)start).
+START_RE = re.compile(
+    r"(?:^|systemd\[\d+\]: )Started (?:\S+\.service\b|.*(?:sglang|SGLang|dflash|DFlash|[Ss]erver))"
+)
+
+
+# --------------------------------------------------------------------------- facts
+
+_FACT_RES: list[tuple[str, re.Pattern]] = [
+    ("sm", _rx(r"(?:compute capability|CUDA capability|capability)[: =(]+(?P<v>\d{1,2}\.\d|\d{2,3})\b")),
+    ("sm", _rx(r"get_device_capability\(\)[^\n]*\((?P<v>\d{1,2}, ?\d)\)")),
+    ("sm", _rx(r"capability[^\n]{0,20}\((?P<v>\d{1,2}, ?\d)\)")),
+    ("sm", _rx(r"\bSM ?(?P<v>\d{1,2}\.\d)\b")),
+    ("sm", _rx(r"(?<![/\w])sm_?(?P<v>\d{2,3})a?\b")),
+    ("gpu_name", _rx(r"(?P<v>NVIDIA (?:GeForce |RTX |Tesla |A\d|H\d|B\d|L\d)[\w -]*?)(?: with CUDA capability|\s*\||,|$)")),
+    ("torch_version", _rx(r"\btorch(?:==| version[: ]+| )(?P<v>\d+\.\d+\.\d+(?:\+\w+)?)")),
+    ("torch_version", _rx(r"PyTorch (?:version )?(?P<v>\d+\.\d+\.\d+(?:\+\w+)?)")),
+    ("nvcc_version", _rx(r"Cuda compilation tools, release (?P<v>\d+\.\d+)")),
+    ("nvcc_version", _rx(r"nvcc(?: version)?[: ]+(?P<v>\d+\.\d+)")),
+    ("cuda_runtime", _rx(r"CUDA Runtime Version[: ]+(?P<v>\d+\.\d+)")),
+    ("driver_version", _rx(r"Driver Version: (?P<v>\d+\.\d+(?:\.\d+)?)")),
+    ("driver_version", _rx(r"driver(?: version)?[: ]+(?P<v>\d{3}\.\d+(?:\.\d+)?)")),
+    ("driver_cuda_raw", _rx(r"found version (?P<v>\d{4,5})")),
+    ("driver_cuda", _rx(r"CUDA Version: (?P<v>\d+\.\d+)")),
+    ("xgrammar_version", _rx(r"xgrammar(?:==| version[: ]+| )(?P<v>\d+\.\d+\.\d+)")),
+    ("nccl_version", _rx(r"NCCL version (?P<v>\d+\.\d+\.\d+)")),
+    ("model", _rx(r"model_path='(?P<v>[^']+)'")),
+    ("model", _rx(r"--model(?:-path)?[ =](?P<v>\S+)")),
+    ("model", _rx(r"model='(?P<v>[^']+)'")),
+    ("port", _rx(r"\bport=(?P<v>\d{2,5})\b")),
+    ("port", _rx(r"--port[ =](?P<v>\d{2,5})\b")),
+    ("mem_fraction_static", _rx(r"mem_fraction_static=(?P<v>[\d.]+)")),
+    ("mem_fraction_static", _rx(r"--mem-fraction-static[ =](?P<v>[\d.]+)")),
+    ("cuda_graph_max_bs", _rx(r"cuda_graph_max_bs=(?P<v>\d+)")),
+    ("cuda_graph_max_bs", _rx(r"--cuda-graph-max-bs[ =](?P<v>\d+)")),
+    ("tp_size", _rx(r"\btp_size=(?P<v>\d+)")),
+    ("gpu_memory_utilization", _rx(r"gpu_memory_utilization=(?P<v>[\d.]+)")),
+]
+_FACT_PREFILTER = re.compile(
+    r"sm|capability|NVIDIA|torch|PyTorch|nvcc|Cuda|CUDA|Driver|driver|found version|xgrammar|NCCL version"
+    r"|model|port|mem_fraction|mem-fraction|cuda_graph|cuda-graph|tp_size|gpu_memory",
+)
+
+
+def _norm_sm(raw: str) -> str | None:
+    """'120' / '12.0' / '12, 0' / '90a' -> '12.0' (major.minor)."""
+    raw = raw.replace(" ", "").replace(",", ".").rstrip("a")
+    if "." in raw:
+        major, _, minor = raw.partition(".")
+        return f"{int(major)}.{int(minor[:1] or 0)}" if major.isdigit() else None
+    if raw.isdigit() and len(raw) in (2, 3):
+        val = int(raw)
+        if 30 <= val <= 130:
+            return f"{val // 10}.{val % 10}"
+    return None
+
+
+def _collect_facts(lines: list[str]) -> dict:
+    """First value of each fact; for one fact, an earlier pattern of _FACT_RES beats a later one."""
+    best: dict[str, tuple[int, str]] = {}
+    for line in lines:
+        if not _FACT_PREFILTER.search(line):
+            continue
+        for rank, (key, rx) in enumerate(_FACT_RES):
+            if key in best and best[key][0] <= rank:
+                continue
+            m = rx.search(line)
+            if not m:
+                continue
+            val = m.group("v").strip().rstrip(",;")
+            if key == "sm":
+                val = _norm_sm(val)
+                if not val:
+                    continue
+            best[key] = (rank, val)
+    return {k: v for k, (_, v) in best.items()}
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class _Line:
+    index: int
+    raw: str  # ANSI-free, CR-free, as shown in evidence
+    text: str  # prefixes peeled, for matching
+
+
+@dataclass
+class _Match:
+    rule: Rule
+    line: _Line
+    groups: dict = field(default_factory=dict)
+
+
+def read_log(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, dict]:
+    """Read a log file; over max_bytes keep the head and the tail. Returns (text, info)."""
+    size = os.path.getsize(path)
+    info = {"bytes": size, "skipped_bytes": 0}
+    with open(path, "rb") as fh:
+        if size <= max_bytes:
+            data = fh.read()
+        else:
+            head_n = int(max_bytes * HEAD_FRACTION)
+            tail_n = max_bytes - head_n
+            head = fh.read(head_n)
+            fh.seek(size - tail_n)
+            tail = fh.read(tail_n)
+            # cut at line boundaries so no half line is matched
+            head = head[: head.rfind(b"\n") + 1] if b"\n" in head else head
+            nl = tail.find(b"\n")
+            tail = tail[nl + 1:] if nl >= 0 else tail
+            info["skipped_bytes"] = size - len(head) - len(tail)
+            marker = b"[... %d bytes skipped ...]\n" % info["skipped_bytes"]
+            data = head + (marker if head.endswith(b"\n") else b"\n" + marker) + tail
+    return data.decode("utf-8", errors="replace"), info
+
+
+def _split_lines(text: str) -> list[_Line]:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    out = []
+    for i, raw in enumerate(text.split("\n")):
+        raw = strip_ansi(raw).rstrip()
+        out.append(_Line(i, raw, strip_prefixes(raw.lstrip()).strip()))
+    return out
+
+
+# --------------------------------------------------------------------------- matching
+
+
+def _match_line(line: _Line) -> list[_Match]:
+    if not _RULE_PREFILTER.search(line.text):
+        return []
+    found = []
+    for rule in RULES:
+        m = rule.pattern.search(line.text)
+        if not m:
+            continue
+        if rule.unless is not None and rule.unless.search(line.text):
+            continue
+        found.append(_Match(rule, line, {k: v for k, v in m.groupdict().items() if v}))
+    return found
+
+
+def _segments(lines: list[_Line]) -> list[tuple[int, int]]:
+    """(start, end) line ranges, one per start of the systemd unit (whole log if none)."""
+    starts = [ln.index for ln in lines if START_RE.search(ln.raw)]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    bounds = starts + [len(lines)]
+    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i] < bounds[i + 1]]
+
+
+def _pick(matches: list[_Match]) -> _Match | None:
+    strong = [m for m in matches if not m.rule.weak]
+    if not strong:
+        return None
+    first = min(strong, key=lambda m: m.line.index)
+    window = [m for m in strong if first.line.index <= m.line.index <= first.line.index + INCIDENT_LINES]
+    return max(window, key=lambda m: (m.rule.priority, -m.line.index))
+
+
+# --------------------------------------------------------------------------- templates
+
+
+class _Fill(dict):
+    def __missing__(self, key):  # unknown facts read as "?" rather than failing
+        return "?"
+
+
+_PIP_NAMES = {
+    "cv2": "opencv-python-headless", "yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn",
+    "google": "protobuf", "zmq": "pyzmq", "attr": "attrs", "sgl_kernel": "sglang-kernel",
+    "flash_attn": "flash-attn", "dateutil": "python-dateutil", "jwt": "pyjwt", "Crypto": "pycryptodome",
+    "bs4": "beautifulsoup4", "skimage": "scikit-image", "decord": "decord", "multipart": "python-multipart",
+    "dotenv": "python-dotenv", "huggingface_hub": "huggingface-hub", "sentencepiece": "sentencepiece",
+    "flashinfer": "flashinfer-python", "vllm": "vllm", "sglang": "sglang", "torch": "torch",
+    "msgspec": "msgspec", "partial_json_parser": "partial-json-parser", "pybase64": "pybase64",
+    "openai_harmony": "openai-harmony", "compressed_tensors": "compressed-tensors",
+    "triton": "triton", "deep_gemm": "deep-gemm", "sgl_router": "sglang-router", "orjson": "orjson",
+    "uvloop": "uvloop", "setproctitle": "setproctitle", "llguidance": "llguidance", "outlines": "outlines",
+    "torchvision": "torchvision", "torchaudio": "torchaudio", "tiktoken": "tiktoken", "einops": "einops",
+    "soundfile": "soundfile", "librosa": "librosa", "av": "av", "timm": "timm", "cuda": "cuda-python",
+    "nvidia": "nvidia-ml-py", "pynvml": "nvidia-ml-py", "ray": "ray", "modelscope": "modelscope",
+}
+_SO_PACKAGES = {
+    "sgl_kernel": "sglang-kernel", "vllm": "vllm", "flash_attn": "flash-attn", "flashinfer": "flashinfer-python",
+    "xformers": "xformers", "torchvision": "torchvision", "torchaudio": "torchaudio", "deep_gemm": "deep-gemm",
+    "apex": "apex", "bitsandbytes": "bitsandbytes", "transformer_engine": "transformer-engine",
+    "flash_attn_2_cuda": "flash-attn", "vllm_flash_attn": "vllm", "mamba_ssm": "mamba-ssm",
+    "causal_conv1d": "causal-conv1d", "torch": "torch", "sgl_kernel_npu": "sgl-kernel-npu",
+}
+# CUDA toolkit -> minimum Linux driver (NVIDIA's compatibility table)
+_CUDA_DRIVER = {
+    "11.8": "520", "12.0": "525", "12.1": "530", "12.2": "535", "12.3": "545", "12.4": "550",
+    "12.5": "555", "12.6": "560", "12.8": "570", "12.9": "575", "13.0": "580",
+}
+# driver major -> highest CUDA it supports
+_DRIVER_CUDA = [(580, "13.0"), (575, "12.9"), (570, "12.8"), (560, "12.6"), (555, "12.5"), (550, "12.4"),
+                (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"), (520, "11.8"), (515, "11.7"),
+                (510, "11.6"), (495, "11.5"), (470, "11.4"), (465, "11.3"), (460, "11.2"), (455, "11.1"),
+                (450, "11.0")]
+
+
+def _pip_name(module: str) -> str:
+    top = module.split(".")[0]
+    return _PIP_NAMES.get(top, top.replace("_", "-"))
+
+
+def _so_package(path: str) -> str:
+    parts = re.split(r"[/\\]", path)
+    for i, part in enumerate(parts):
+        if part in ("site-packages", "dist-packages") and i + 1 < len(parts):
+            return parts[i + 1].split(".")[0]
+    name = parts[-1].split(".")[0] if parts and parts[-1] else ""
+    return name or "the compiled extension"
+
+
+def _oom_details(text: str, facts: dict, match: _Match, lines: list[_Line]) -> dict:
+    out = {"oom_where": "", "oom_detail": ""}
+    m = re.search(r"Tried to allocate (?P<alloc>[\d.]+ [GMK]i?B)", text)
+    cap = re.search(r"GPU (?P<gpu>\d+) has a total capac\w* of (?P<total>[\d.]+ ?[GMK]i?B)"
+                    r"(?: of which (?P<free>[\d.]+ ?[GMK]i?B) is free)?", text)
+    procs = re.findall(r"Process (\d+) has ([\d.]+ [GMK]i?B) memory in use", text)
+    bits = []
+    if m:
+        bits.append(f"tried to allocate {m.group('alloc')}")
+    if cap:
+        out["oom_where"] = f" on GPU {cap.group('gpu')}"
+        if cap.group("free"):
+            bits.append(f"{cap.group('free')} free of {cap.group('total')}")
+    if len(procs) > 1:
+        bits.append("other processes hold memory on it: " + ", ".join(f"pid {p} {s}" for p, s in procs))
+    out["oom_detail"] = " (" + "; ".join(bits) + ")" if bits else ""
+    # where in the start-up it happened: look back a little from the error
+    start = max(0, match.line.index - 80)
+    ctx = "\n".join(ln.text for ln in lines[start: match.line.index + 5])
+    in_graph = re.search(r"cuda ?graph|capture", ctx, re.IGNORECASE) is not None
+    in_load = re.search(r"Load weight|load_model|Loading (?:safetensors|model|weights)", ctx, re.IGNORECASE)
+    mfs = facts.get("mem_fraction_static")
+    cgbs = facts.get("cuda_graph_max_bs")
+    tips = []
+    if in_graph:
+        out["oom_where"] += " while capturing CUDA graphs"
+        tips.append("lower `--cuda-graph-max-bs`" + (f" (now {cgbs})" if cgbs else "")
+                    + " or add `--disable-cuda-graph`")
+    if mfs:
+        try:
+            lower = max(0.3, round(float(mfs) - 0.1, 2))
+            tips.append(f"lower `--mem-fraction-static` from {mfs} to about {lower}")
+        except ValueError:
+            tips.append("lower `--mem-fraction-static`")
+    else:
+        tips.append("lower `--mem-fraction-static` (e.g. 0.8, or 0.7 with speculative decoding)")
+    if in_load and not in_graph:
+        tips.append("the weights alone may not fit: use a larger `--tp-size` or a quantised model")
+    tips.append("lower `--max-running-requests` / `--chunked-prefill-size`")
+    if len(procs) > 1:
+        tips.append("or free the GPU from the other processes (nvidia-smi)")
+    else:
+        tips.append("and check that no other process uses the GPU (nvidia-smi)")
+    out["oom_remedy"] = "; ".join(tips)
+    return out
+
+
+def _nccl_remedy(text: str) -> str:
+    low = text.lower()
+    tips = ["rerun with NCCL_DEBUG=INFO (instance env) to see the failing call"]
+    if "shm" in low or "/dev/shm" in low or "unhandled system error" in low or "ncclsystemerror" in low:
+        tips.append("give the service a large /dev/shm (containers: --ipc=host or --shm-size=16g)")
+        tips.append("NCCL_SOCKET_IFNAME=<the NIC> when several interfaces exist, NCCL_IB_DISABLE=1 without InfiniBand")
+    if "cuda" in low and ("unhandled cuda" in low or "ncclunhandledcudaerror" in low or "peer" in low):
+        tips.append("NCCL_P2P_DISABLE=1 if GPU peer-to-peer is broken (check `nvidia-smi topo -m`; IOMMU/ACS)")
+    if "internal error" in low or "ncclinternalerror" in low:
+        tips.append("NCCL_CUMEM_ENABLE=0, and one nvidia-nccl-cu* wheel matching torch's NCCL")
+    if "timeout" in low or "timed out" in low:
+        tips.append("check every rank started (one GPU each, CUDA_VISIBLE_DEVICES) and raise --dist-timeout")
+    tips.append("make sure --tp-size equals the GPUs visible to the unit")
+    return "; ".join(tips)
+
+
+def _driver_facts(facts: dict, groups: dict) -> dict:
+    out = {}
+    raw = groups.get("driver_found") or facts.get("driver_cuda_raw")
+    driver_cuda = facts.get("driver_cuda")
+    if raw and raw.isdigit():
+        val = int(raw)
+        driver_cuda = f"{val // 1000}.{(val % 1000) // 10}"
+    if not driver_cuda and facts.get("driver_version"):
+        try:
+            major = int(facts["driver_version"].split(".")[0])
+            driver_cuda = next((c for d, c in _DRIVER_CUDA if major >= d), None)
+        except ValueError:
+            pass
+    out["driver_cuda_ref"] = f"CUDA {driver_cuda} (what this driver supports)" if driver_cuda else \
+        "the CUDA version the driver supports (nvidia-smi shows it)"
+    found = []
+    if facts.get("driver_version"):
+        found.append(f"driver {facts['driver_version']}")
+    if driver_cuda:
+        found.append(f"supports CUDA {driver_cuda}")
+    out["driver_found_s"] = f" ({', '.join(found)})" if found else ""
+    tv = facts.get("torch_version", "")
+    cu = re.search(r"\+cu(\d+)(\d)$", tv)
+    cuda_needed = f"{cu.group(1)}.{cu.group(2)}" if cu else facts.get("cuda_runtime")
+    if cuda_needed:
+        out["cuda_needed_ref"] = f"CUDA {cuda_needed}"
+        if cuda_needed in _CUDA_DRIVER:
+            out["cuda_needed_ref"] += f" (driver >= {_CUDA_DRIVER[cuda_needed]})"
+    else:
+        out["cuda_needed_ref"] = "the CUDA version of the installed torch / runtime"
+    return out
+
+
+def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict:
+    g = dict(match.groups)
+    f = _Fill(facts)
+    f.update(g)
+    sm = facts.get("sm")
+    if match.rule.name == "torch_sm_incompatible" and g.get("cap"):
+        sm = _norm_sm(g["cap"][3:]) or sm
+    if g.get("sm_major") and not sm:
+        sm = f"{g['sm_major']}.x"
+    gpu = facts.get("gpu_name", "").strip()
+    bits = [f"SM {sm}"] if sm else []
+    if gpu:
+        bits.append(gpu)
+    f["sm_s"] = f" ({', '.join(bits)})" if bits else ""
+    if sm and "x" not in sm:
+        f["sm_arch"] = "sm_" + sm.replace(".", "")
+        f["arch_env"] = sm
+    else:
+        f["sm_arch"] = "this GPU's architecture (`nvidia-smi --query-gpu=compute_cap --format=csv`)"
+        f["arch_env"] = "<the GPU's compute capability>"
+    tv = facts.get("torch_version")
+    f["torch"] = f"torch {tv}" if tv else "the installed torch"
+    nv = facts.get("nvcc_version")
+    f["nvcc_s"] = f" (nvcc {nv})" if nv else ""
+    f["nvcc_ref"] = f"nvcc {nv}" if nv else "the nvcc on the unit's PATH / CUDA_HOME"
+    arch = re.search(r"supports CUDA capabilities ((?:sm_\d+a? ?)+)", seg_text)
+    f["torch_arch_s"] = f" (this torch only has {arch.group(1).strip()})" if arch else ""
+    f["model"] = g.get("model") or g.get("model2") or facts.get("model", "(the configured model_path)")
+    f["missing_file"] = (g.get("missing_file") or "config.json / weights").rstrip(".")
+    if g.get("model_file") and "model" not in g:
+        f["model"] = facts.get("model", os.path.dirname(g["model_file"]))
+    # ports
+    port = g.get("port") or g.get("port2") or g.get("port3")
+    if not port and g.get("zmq_addr"):
+        pm = re.search(r":(\d+)$", g["zmq_addr"])
+        port = pm.group(1) if pm else None
+    if not port:
+        pm = re.search(r"(?:port[ =:]+|:)(\d{4,5})\b[^\n]{0,40}(?:in use|EADDRINUSE)", seg_text)
+        port = pm.group(1) if pm else facts.get("port")
+    f["port"] = port or "?"
+    f["port_ref"] = f"port {port}" if port else "the port"
+    f["port_ref_cap"] = f"port {port}" if port else "a port"
+    f["addr"] = g.get("addr") or "0.0.0.0"
+    f["zmq_addr_s"] = f" ({g['zmq_addr']})" if g.get("zmq_addr") else (f" ({port})" if port else "")
+    # modules / packages
+    if g.get("module"):
+        f["package"] = _pip_name(g["module"])
+    if g.get("import_from"):
+        f["import_from_top"] = g["import_from"].split(".")[0]
+        f["import_from_pip"] = _pip_name(g["import_from"])
+    xv = facts.get("xgrammar_version")
+    f["xgrammar_version_s"] = f" {xv}" if xv else ""
+    f["xgr_symbol"] = (g.get("xgr_name") or g.get("xgr_attr") or
+                       (f"xgrammar.{g['xgr_sub']}" if g.get("xgr_sub") else "an API"))
+    so = g.get("so_path") or ""
+    pkg = _so_package(so) if so else "a compiled extension"
+    f["so_package"] = f"{pkg} ({os.path.basename(so)})" if so else pkg
+    f["so_package_pip"] = _SO_PACKAGES.get(pkg, pkg)
+    sym = g.get("symbol") or g.get("symbol2") or "?"
+    f["symbol_short"] = sym if len(sym) <= 80 else sym[:77] + "..."
+    f["op_name"] = g.get("op") or g.get("op_full") or "?"
+    f["ext_module"] = g.get("ext_module", "?")
+    f["arch_name"] = g.get("nvcc_arch") or g.get("ptxas_arch") or f["sm_arch"]
+    f["cuda_req"] = g.get("cuda_req", "12.9")
+    mfs = facts.get("mem_fraction_static")
+    f["mem_fraction_static"] = mfs or "default"
+    f["mfs_s"] = f" (--mem-fraction-static {mfs})" if mfs else ""
+    f.update(_driver_facts(facts, g))
+    nv = facts.get("nccl_version")
+    f["nccl_version_s"] = f", NCCL {nv}" if nv else ""
+    f["nccl_kind_s"] = g.get("nccl_kind") or g.get("nccl_code") or "NCCL error"
+    if match.rule.cause == "nccl_init":
+        f["nccl_remedy"] = _nccl_remedy(seg_text)
+    if match.rule.cause == "cuda_oom":
+        f.update(_oom_details(seg_text, facts, match, lines))
+    return f
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def _evidence(chosen: _Match, matches: list[_Match], lines: list[_Line]) -> list[str]:
+    """The deciding line, the lines of the same cause near it, and its hint lines."""
+    picked = [chosen.line]
+    same = [m.line for m in matches if m.rule.cause == chosen.rule.cause and m.line is not chosen.line]
+    near = [ln for ln in same if abs(ln.index - chosen.line.index) <= INCIDENT_LINES]
+    hints = [m.line for m in matches if m.rule.weak and m.rule.cause == chosen.rule.cause]
+    for ln in near + hints[:1]:
+        if ln not in picked:
+            picked.append(ln)
+    # the exception line that closes the traceback the decisive line belongs to
+    for ln in lines[chosen.line.index + 1: chosen.line.index + 6]:
+        if GENERIC_FATAL_RE.search(ln.text) and not NOISE_RE.search(ln.text) and ln not in picked:
+            if chosen.rule.pattern.search(ln.text) or any(ln is m.line for m in matches):
+                picked.append(ln)
+            break
+    uniq = {ln.index: ln for ln in picked}
+    picked = [uniq[i] for i in sorted(uniq)][:MAX_EVIDENCE]
+    return [_clip(ln.raw) for ln in picked]
+
+
+def _clip(s: str) -> str:
+    return s if len(s) <= MAX_EVIDENCE_CHARS else s[: MAX_EVIDENCE_CHARS - 3] + "..."
+
+
+def _first_generic_failure(lines: list[_Line]) -> _Line | None:
+    for ln in lines:
+        if ln.text and GENERIC_FATAL_RE.search(ln.text) and not NOISE_RE.search(ln.text):
+            return ln
+    return None
+
+
+def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None) -> dict:
+    """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}."""
+    lines = _split_lines(text or "")
+    segs = _segments(lines)
+    facts = _collect_facts([ln.text for ln in lines])
+
+    chosen = None
+    seg_matches: list[_Match] = []
+    seg_no, seg = len(segs), segs[-1] if segs else (0, 0)
+    weak_only: list[_Match] = []
+    # latest start of the unit that failed; if none failed, the whole log
+    for i in range(len(segs) - 1, -1, -1):
+        a, b = segs[i]
+        ms = [m for ln in lines[a:b] for m in _match_line(ln)]
+        pick = _pick(ms)
+        if pick:
+            chosen, seg_matches, seg_no, seg = pick, ms, i + 1, (a, b)
+            break
+        if i == len(segs) - 1:
+            weak_only = [m for m in ms if m.rule.weak]
+            seg_matches = ms
+
+    result = {
+        "cause": "unknown",
+        "summary": "",
+        "remedy": "",
+        "evidence": [],
+        "facts": {k: v for k, v in facts.items() if k != "driver_cuda_raw"},
+        "lines": len(lines),
+        "source": source,
+        "starts": len(segs),
+    }
+    if read_info:
+        result.update(read_info)
+
+    seg_lines = lines[seg[0]: seg[1]]
+    seg_text = "\n".join(ln.text for ln in seg_lines)
+    if chosen is None and weak_only:
+        hint = weak_only[0]
+        healthy_after = any(HEALTHY_RE.search(ln.text) for ln in lines[hint.line.index:])
+        generic = _first_generic_failure(lines[hint.line.index:])
+        if not healthy_after or generic:
+            chosen = hint  # a warning that explains a crash nobody named
+    if chosen is None:
+        healthy = [ln for ln in lines if HEALTHY_RE.search(ln.text)]
+        generic = _first_generic_failure(lines)
+        notes = "; ".join(sorted({m.rule.summary.split("{")[0].strip() for m in weak_only}))
+        if generic is not None:
+            result["summary"] = (f"no known cause matched in {source} ({len(lines)} lines); first error: "
+                                 f"{_clip(generic.text)}")
+            result["remedy"] = ("read the evidence line and the lines before it; rerun the server in the "
+                                "foreground to see the full traceback")
+            result["evidence"] = [_clip(generic.raw)]
+        else:
+            state = "the server reported ready" if healthy else "no error line"
+            result["summary"] = f"no failure found in {source} ({len(lines)} lines; {state})"
+            if notes:
+                result["summary"] += f"; warnings only: {notes}"
+            result["remedy"] = "nothing to fix from this log"
+            result["evidence"] = [_clip(healthy[-1].raw)] if healthy else []
+        return result
+
+    fill = _fill(chosen, facts, lines, seg_text)
+    rule = chosen.rule
+    summary = rule.summary.format_map(fill)
+    if len(segs) > 1:
+        summary += f" (start {seg_no} of {len(segs)} in this log)"
+    others = []
+    for m in sorted(seg_matches, key=lambda m: m.line.index):
+        if m.rule.cause != rule.cause and not m.rule.weak and m.rule.cause not in others:
+            others.append(m.rule.cause)
+    result.update({
+        "cause": rule.cause,
+        "summary": summary,
+        "remedy": rule.remedy.format_map(fill),
+        "evidence": _evidence(chosen, seg_matches, lines),
+        "rule": rule.name,
+        "line": chosen.line.index + 1,
+        "also_seen": others,
+    })
+    if rule.weak:
+        result["summary"] += " (from a warning: no fatal error line was found)"
+    return result
+
+
+def diagnose_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+    text, info = read_log(path, max_bytes=max_bytes)
+    return diagnose_text(text, source=os.path.basename(path), read_info=info)
+
+
+def fields_for(cause: str) -> list[Rule]:
+    """The rules of one cause (for docs and tests)."""
+    return [r for r in RULES if r.cause == cause]

@@ -1,0 +1,314 @@
+"""sglang_diagnose: every real fixture, precedence, normalisation, long logs, the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from dflash_diagnose import CAUSES, RULES, diagnose_file, diagnose_text, read_log, strip_prefixes
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "logs"
+INDEX = yaml.safe_load((FIXTURES / "index.yml").read_text())["fixtures"]
+
+
+def _blob(result: dict) -> str:
+    return " ".join([result["summary"], result["remedy"], *result["evidence"]])
+
+
+# --------------------------------------------------------------------------- index sanity
+
+
+def test_index_lists_every_fixture_file_once():
+    listed = [e["file"] for e in INDEX]
+    assert len(listed) == len(set(listed))
+    on_disk = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.log"))
+    assert sorted(listed) == on_disk
+
+
+def test_index_entries_are_complete():
+    for e in INDEX:
+        assert e["cause"] in CAUSES, e
+        assert e["source"].startswith("https://") or e["source"].startswith("synthetic:"), e
+
+
+def test_every_cause_has_real_fixtures():
+    real = [e for e in INDEX if e["source"].startswith("https://")]
+    assert len(real) >= 40
+    for cause in CAUSES:
+        assert any(e["cause"] == cause for e in real), cause
+
+
+# --------------------------------------------------------------------------- every fixture
+
+
+@pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
+def test_fixture(entry):
+    result = diagnose_file(str(FIXTURES / entry["file"]))
+    assert result["cause"] == entry["cause"], (result["summary"], result["evidence"])
+    blob = _blob(result)
+    for needle in entry.get("expect", []):
+        assert needle in blob, (needle, blob)
+    text = (FIXTURES / entry["file"]).read_text(errors="replace")
+    plain = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]", "", text).replace("\r", "")
+    for line in result["evidence"]:
+        # evidence is verbatim: every line is (a prefix of) a line of the log
+        assert line.rstrip(".") .rstrip() in plain or line[:-3] in plain, line
+    assert result["summary"] and result["remedy"]
+    assert "{" not in result["summary"] + result["remedy"], "unfilled template"
+    if result["cause"] != "unknown":
+        assert result["evidence"], "a cause needs evidence"
+        assert len(result["evidence"]) <= 6
+
+
+# --------------------------------------------------------------------------- rule table
+
+
+def test_rules_are_a_table_of_known_causes():
+    names = [r.name for r in RULES]
+    assert len(names) == len(set(names))
+    for rule in RULES:
+        assert rule.cause in CAUSES and rule.cause != "unknown"
+        assert isinstance(rule.priority, int)
+        assert rule.summary and rule.remedy
+
+
+def test_every_cause_has_a_rule():
+    for cause in CAUSES[:-1]:
+        assert any(r.cause == cause for r in RULES), cause
+
+
+# --------------------------------------------------------------------------- precedence
+
+SOUNDFILE = """Traceback (most recent call last):
+  File "/opt/dflash/current/venv/lib/python3.12/site-packages/sglang/srt/entrypoints/http_server.py", line 60, in <module>
+    import soundfile
+ModuleNotFoundError: No module named 'soundfile'
+"""
+
+
+def test_first_fatal_error_beats_later_noise():
+    log = SOUNDFILE + (
+        "[2026-05-23 10:15:04] Received sigquit from a child process. It usually means the child failed.\n"
+        "[2026-05-23 10:15:04] Rank 0 scheduler is dead. Please check if there are relevant logs.\n"
+        "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "missing_module"
+    assert "soundfile" in r["summary"]
+    assert r["also_seen"] == ["nccl_init"]
+
+
+def test_root_cause_before_consequence_even_when_consequence_is_specific():
+    log = (
+        "[2026-05-23 10:15:02 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of "
+        "79.19 GiB of which 1.06 GiB is free.\n" + "\n" * 80 +
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "cuda_oom"
+    assert "GPU 1" in r["summary"]
+
+
+def test_higher_priority_in_same_incident_wins():
+    # sgl_kernel: the generic "No module named 'common_ops'" must not turn this into missing_module
+    log = (
+        "- ModuleNotFoundError: No module named 'foo_helper'\n"
+        "- ImportError: /venv/lib/python3.12/site-packages/sgl_kernel/sm90/common_ops.abi3.so: "
+        "undefined symbol: _ZN3c104cuda9SetDeviceEa\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "kernel_abi"
+    assert "sglang-kernel" in r["remedy"]
+
+
+def test_far_apart_errors_keep_the_first():
+    log = SOUNDFILE + "\n" * 200 + "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    assert diagnose_text(log)["cause"] == "missing_module"
+
+
+def test_warning_only_does_not_override_a_fatal_error():
+    log = (
+        "WARNING flashinfer: SM 12.x requires CUDA >= 12.9\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.\n"
+    )
+    assert diagnose_text(log)["cause"] == "cuda_oom"
+
+
+def test_warning_then_healthy_is_no_failure():
+    log = (
+        "[2026-05-23 10:15:02] WARNING: SM 12.x requires CUDA >= 12.9 for FlashInfer JIT\n"
+        "[2026-05-23 10:15:40] The server is fired up and ready to roll!\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "unknown"
+    assert "no failure found" in r["summary"]
+    assert "warnings only" in r["summary"]
+
+
+def test_warning_then_crash_names_the_warning():
+    log = (
+        "[2026-05-23 10:15:02] WARNING: SM 12.x requires CUDA >= 12.9 for FlashInfer JIT\n"
+        "[2026-05-23 10:15:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        "RuntimeError: Error in function 'run' at /tmp/kernel.cu:77: unspecified launch failure\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "flashinfer_arch"
+    assert "--attention-backend triton" in r["remedy"]
+
+
+def test_latest_failed_start_of_the_unit_is_judged():
+    log = (
+        "May 23 10:00:00 ct200 systemd[1]: Started dflash-a.service - SGLang a.\n"
+        "May 23 10:00:05 ct200 python[10]: ModuleNotFoundError: No module named 'soundfile'\n"
+        "May 23 10:00:05 ct200 systemd[1]: dflash-a.service: Main process exited, code=exited, status=1/FAILURE\n"
+        "May 23 10:05:00 ct200 systemd[1]: Started dflash-a.service - SGLang a.\n"
+        "May 23 10:05:09 ct200 python[20]: ImportError: cannot import name 'StructuralTag' from 'xgrammar' "
+        "(/opt/dflash/layers/base/lib/python3.12/site-packages/xgrammar/__init__.py)\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "xgrammar_structural_tag"
+    assert "start 2 of 2" in r["summary"]
+    assert "StructuralTag" in r["summary"]
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def test_journal_prefixes_ansi_and_crlf():
+    log = (
+        "May 23 10:15:02 ct200 python[1234]: \x1b[31mTraceback (most recent call last):\x1b[0m\r\n"
+        "May 23 10:15:02 ct200 python[1234]: \x1b[1;31mOSError: [Errno 98] error while attempting to bind on "
+        "address ('0.0.0.0', 30001): address already in use\x1b[0m\r\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "port_in_use"
+    assert "30001" in r["summary"] and "30001" in r["remedy"]
+    assert all("\x1b" not in e and "\r" not in e for e in r["evidence"])
+    assert r["evidence"][0].startswith("May 23 10:15:02 ct200 python[1234]: OSError")
+
+
+def test_rank_interleaved_tracebacks():
+    w0 = "(VllmWorker rank=0 pid=200) ERROR 05-23 10:15:02 [multiproc_executor.py:527] "
+    w1 = "(VllmWorker rank=1 pid=201) ERROR 05-23 10:15:02 [multiproc_executor.py:527] "
+    log = (
+        f"{w1}Traceback (most recent call last):\n"
+        f"{w0}Traceback (most recent call last):\n"
+        f'{w1}  File "x.py", line 1, in f\n'
+        f"{w0}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total "
+        "capacity of 23.55 GiB of which 100.06 MiB is free.\n"
+        f"{w1}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB.\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "cuda_oom"
+    assert "512.00 MiB" in r["summary"]
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("May 23 10:15:02 ct200 python3[1234]: hello", "hello"),
+    ("2026-05-23T10:15:02+0000 ct200 python3[1234]: hello", "hello"),
+    ("[2026-05-23 10:15:02 TP0] hello", "hello"),
+    ("[2026-05-23 10:15:02 DP0 TP1 EP1] hello", "hello"),
+    ("(VllmWorker rank=1 pid=201) ERROR 05-23 10:15:02 [core.py:12] hello", "hello"),
+    ("[rank3]: hello", "hello"),
+    ("[2025-09-12T15:42:57Z] (ApiServer_1 pid=20007) hello", "hello"),
+])
+def test_strip_prefixes(line, expected):
+    assert strip_prefixes(line) == expected
+
+
+def test_healthy_log_is_unknown_no_failure():
+    log = (
+        "[2026-05-23 10:15:02] server_args=ServerArgs(model_path='/dev/shm/Qwen3.6-27B', port=30001)\n"
+        "[2026-05-23 10:15:40] INFO:     Uvicorn running on http://0.0.0.0:30001 (Press CTRL+C to quit)\n"
+        "[2026-05-23 10:15:41] The server is fired up and ready to roll!\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "unknown"
+    assert r["summary"].startswith("no failure found")
+    assert r["facts"]["port"] == "30001"
+
+
+def test_empty_log():
+    r = diagnose_text("")
+    assert r["cause"] == "unknown" and "no failure found" in r["summary"]
+
+
+def test_unrecognised_failure_is_unknown_but_named():
+    r = diagnose_text("Traceback (most recent call last):\nValueError: Unsupported architectures: ['Foo']\n")
+    assert r["cause"] == "unknown"
+    assert "Unsupported architectures" in r["summary"]
+    assert r["evidence"] == ["ValueError: Unsupported architectures: ['Foo']"]
+
+
+def test_facts_fill_the_remedy():
+    log = (
+        "server_args=ServerArgs(model_path='/m', mem_fraction_static=0.88, cuda_graph_max_bs=160, port=30001)\n"
+        "Capture cuda graph begin. This can take up to several minutes.\n"
+        "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total "
+        "capacity of 79.19 GiB of which 1.12 GiB is free. Process 4242 has 40.00 GiB memory in use. "
+        "Process 4343 has 38.00 GiB memory in use.\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "cuda_oom"
+    assert "now 160" in r["remedy"]
+    assert "from 0.88 to about 0.78" in r["remedy"]
+    assert "pid 4242" in r["summary"]
+
+
+# --------------------------------------------------------------------------- long logs
+
+
+def test_long_log_head_and_tail(tmp_path):
+    path = tmp_path / "big.log"
+    filler = "[2026-05-23 10:15:02 TP0] Decode batch. #running-req: 1, #token: 100, gen throughput (token/s): 120.0\n"
+    with open(path, "w") as fh:
+        fh.write(SOUNDFILE)
+        fh.write(filler * 60_000)
+        fh.write("[2026-05-23 11:00:00] Received sigquit from a child process.\n")
+    size = path.stat().st_size
+    t0 = time.monotonic()
+    r = diagnose_file(str(path), max_bytes=1024 * 1024)
+    took = time.monotonic() - t0
+    assert size > 5 * 1024 * 1024
+    assert r["cause"] == "missing_module"
+    assert r["skipped_bytes"] > 0
+    assert took < 10
+
+
+def test_read_log_keeps_whole_lines(tmp_path):
+    path = tmp_path / "x.log"
+    path.write_text("".join(f"line {i}\n" for i in range(10_000)))
+    text, info = read_log(str(path), max_bytes=4096)
+    body = [ln for ln in text.splitlines() if not ln.startswith("[...")]
+    assert all(re.fullmatch(r"line \d+", ln) for ln in body)
+    assert body[0] == "line 0" and body[-1] == "line 9999"
+    assert info["skipped_bytes"] > 0
+
+
+# --------------------------------------------------------------------------- the Ansible module
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(sys.prefix, "bin", "ansible")), reason="ansible not in venv")
+def test_module_from_repo_root():
+    fixture = "tests/fixtures/logs/missing_module/audioldm-soundfile.log"
+    env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
+    out = subprocess.run(
+        [os.path.join(sys.prefix, "bin", "ansible"), "localhost", "-m", "sglang_diagnose", "-a",
+         f"log_file={fixture}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("localhost | SUCCESS => "), out.stdout
+    res = json.loads(out.stdout.split("=>", 1)[1])
+    assert res["cause"] == "missing_module"
+    assert res["changed"] is False
+    assert "uv pip install soundfile" in res["remedy"]
