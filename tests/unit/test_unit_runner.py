@@ -1,0 +1,58 @@
+"""scripts/unit_runner.py: runs a rendered unit's command the way systemd would (hosts without systemd)."""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("unit_runner", ROOT / "scripts" / "unit_runner.py")
+ur = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ur)
+
+UNIT = """[Unit]
+Description=x
+[Service]
+Environment="A=one" B=two
+EnvironmentFile={envfile}
+EnvironmentFile=-/nonexistent/optional.env
+ExecStart={py} -c "import os,sys; print(sys.argv[1:]); print(os.environ['CUDA_VISIBLE_DEVICES'])" \\
+  $DFLASH_ARGS ${{A}} --x=%%
+"""
+
+
+def test_env_file_syntax():
+    env = ur.parse_env_file('# c\nA=1\nB="two words"\nC=\'s q\'\n; x\nD="q\\"x"\n')
+    assert env == {"A": "1", "B": "two words", "C": "s q", "D": 'q"x'}
+
+
+def test_expand_exec_split_and_braced():
+    env = {"ARGS": "--port 30001  --tp-size 1", "P": "a b"}
+    assert ur.expand_exec("-/bin/py -m x $ARGS ${P}", env) == [
+        "/bin/py", "-m", "x", "--port", "30001", "--tp-size", "1", "a b"]
+
+
+def test_start_status_stop(tmp_path):
+    envfile = tmp_path / "i.env"
+    envfile.write_text('CUDA_VISIBLE_DEVICES=1\nDFLASH_ARGS="--port 30001 --model-path /m"\n')
+    unit = tmp_path / "dflash-x.service"
+    unit.write_text(UNIT.format(envfile=envfile, py=sys.executable))
+    r = ur.resolve(unit.read_text())
+    assert r["argv"][-6:] == ["--port", "30001", "--model-path", "/m", "one", "--x=%"]
+    assert r["env"]["B"] == "two" and r["env"]["A"] == "one"
+    log, pid = tmp_path / "log", tmp_path / "pid"
+    script = str(ROOT / "scripts" / "unit_runner.py")
+    subprocess.run([sys.executable, script, "start", str(unit), "--log", str(log), "--pidfile", str(pid)],
+                   check=True, capture_output=True)
+    for _ in range(50):
+        if "1\n" in log.read_text():
+            break
+        time.sleep(0.1)
+    text = log.read_text()
+    assert "['--port', '30001', '--model-path', '/m', 'one', '--x=%']" in text
+    st = subprocess.run([sys.executable, script, "status", "--pidfile", str(pid)], capture_output=True, text=True)
+    assert st.returncode == 3 and json.loads(st.stdout)["running"] is False  # it printed and exited
+    subprocess.run([sys.executable, script, "stop", "--pidfile", str(pid)], check=True, capture_output=True)
+    assert os.path.exists(pid)
