@@ -16,10 +16,9 @@ description:
   - Logic lives in C(module_utils/dflash_smoke.py).
 options:
   instances:
-    description: Instances to test.
+    description: Instances to test (or O(release_dir)).
     type: list
     elements: dict
-    required: true
     suboptions:
       name: {description: Instance name., type: str, required: true}
       args: {description: The launch_server args., type: list, elements: str}
@@ -33,6 +32,13 @@ options:
   spec_max_new_tokens: {description: max_new_tokens of the /generate proof request., type: int, default: 64}
   record_dir: {description: Directory where C(<name>.json) gets the C(smoke) record., type: path}
   host: {description: Host name used in messages., type: str, default: ''}
+  release_dir:
+    description: Take the instances (args, unit) from this release's C(manifest.json).
+    type: path
+  names:
+    description: With O(release_dir), only these instances (default all).
+    type: list
+    elements: str
 author: dflash-deploy
 """
 
@@ -55,6 +61,7 @@ from ansible.module_utils.dflash_smoke import (
     FIBONACCI_PROMPT,
     SmokeError,
     endpoint,
+    load_manifest_instances,
     merge_record,
     smoke_instance,
 )
@@ -63,7 +70,9 @@ from ansible.module_utils.dflash_smoke import (
 def main():
     module = AnsibleModule(
         argument_spec={
-            "instances": {"type": "list", "elements": "dict", "required": True},
+            "instances": {"type": "list", "elements": "dict"},
+            "release_dir": {"type": "path"},
+            "names": {"type": "list", "elements": "str"},
             "prompt": {"type": "str", "default": FIBONACCI_PROMPT},
             "max_tokens": {"type": "int", "default": 128},
             "temperature": {"type": "float", "default": 0.0},
@@ -72,10 +81,20 @@ def main():
             "record_dir": {"type": "path"},
             "host": {"type": "str", "default": ""},
         },
+        required_one_of=[("instances", "release_dir")],
+        mutually_exclusive=[("instances", "release_dir")],
         supports_check_mode=True,
     )
     p = module.params
     where = (p["host"] + ": ") if p["host"] else ""
+    if p["release_dir"] and module.check_mode:
+        module.exit_json(changed=False, msg="check mode: the instances are not restarted nor tested",
+                         failed_instances=[], instances={}, results={})
+    if p["release_dir"]:
+        try:
+            p["instances"] = load_manifest_instances(p["release_dir"], p["names"])
+        except SmokeError as exc:
+            module.fail_json(msg=f"{where}{exc}")
     if module.check_mode:
         module.exit_json(changed=False, results={}, failed_instances=[], msg="not run in check mode")
     results, failed, msgs = {}, [], []

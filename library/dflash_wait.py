@@ -16,10 +16,9 @@ description:
   - Logic lives in C(module_utils/dflash_smoke.py).
 options:
   instances:
-    description: Instances to wait for.
+    description: Instances to wait for (or O(release_dir)).
     type: list
     elements: dict
-    required: true
     suboptions:
       name: {description: Instance name., type: str, required: true}
       unit: {description: Unit name (default C(dflash-<name>.service)), type: str}
@@ -49,6 +48,13 @@ options:
     description: Host name used in messages.
     type: str
     default: ''
+  release_dir:
+    description: Take the instances (args, unit) from this release's C(manifest.json).
+    type: path
+  names:
+    description: With O(release_dir), only these instances (default all).
+    type: list
+    elements: str
 author: dflash-deploy
 """
 
@@ -74,10 +80,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_smoke import (
     SHOW_PROPERTIES,
+    SmokeError,
     describe_failure,
     endpoint,
     health_status,
     journal_argv,
+    load_manifest_instances,
     merge_record,
     parse_show,
     unit_name,
@@ -93,7 +101,9 @@ except ImportError:  # the diagnosis stage is not there yet
 def main():
     module = AnsibleModule(
         argument_spec={
-            "instances": {"type": "list", "elements": "dict", "required": True},
+            "instances": {"type": "list", "elements": "dict"},
+            "release_dir": {"type": "path"},
+            "names": {"type": "list", "elements": "str"},
             "restart": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 900.0},
             "interval": {"type": "float", "default": 0.25},
@@ -101,10 +111,20 @@ def main():
             "record_dir": {"type": "path"},
             "host": {"type": "str", "default": ""},
         },
+        required_one_of=[("instances", "release_dir")],
+        mutually_exclusive=[("instances", "release_dir")],
         supports_check_mode=True,
     )
     p = module.params
     where = (p["host"] + ": ") if p["host"] else ""
+    if p["release_dir"] and module.check_mode:
+        module.exit_json(changed=False, msg="check mode: the instances are not restarted nor tested",
+                         failed_instances=[], instances={}, results={})
+    if p["release_dir"]:
+        try:
+            p["instances"] = load_manifest_instances(p["release_dir"], p["names"])
+        except SmokeError as exc:
+            module.fail_json(msg=f"{where}{exc}")
     insts = []
     for i, item in enumerate(p["instances"]):
         if not item.get("name"):

@@ -187,6 +187,7 @@ def build_content(layers, tree, flags, fingerprint, env_texts: dict) -> dict:
     for name in sorted(flags or {}):
         f = flags[name] or {}
         instances[name] = {
+            "unit": f.get("unit") or f"dflash-{name}.service",
             "args": list(f.get("args") or []),
             "env": dict(f.get("env") or {}),
             "applied": list(f.get("applied") or []),
@@ -543,6 +544,7 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
         if not check_mode:
             write_release(prefix, manifest, env_texts)
     result.update(
+        status=(load_statuses(prefix, [rid]).get(rid) or {}).get("status", "unknown"),
         id=rid,
         path=os.path.join(releases_dir(prefix), rid),
         activate=(cur != rid),

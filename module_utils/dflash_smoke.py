@@ -91,6 +91,27 @@ def unit_name(instance: str) -> str:
     return f"dflash-{instance}.service"
 
 
+def instances_from_manifest(manifest: dict, names=None) -> list:
+    """[{name, unit, args}] of a release manifest, for ``names`` (default: all of them)."""
+    have = manifest.get("instances") or {}
+    names = sorted(have) if names is None else list(names)
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        raise SmokeError(f"release {manifest.get('id')}: no instance {', '.join(unknown)} "
+                         f"(it has: {', '.join(sorted(have)) or 'none'})")
+    return [{"name": n, "unit": have[n].get("unit") or unit_name(n), "args": list(have[n].get("args") or [])}
+            for n in names]
+
+
+def load_manifest_instances(release_dir: str, names=None) -> list:
+    try:
+        with open(os.path.join(release_dir, "manifest.json"), encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise SmokeError(f"{release_dir}/manifest.json: {exc}") from None
+    return instances_from_manifest(manifest, names)
+
+
 # ----------------------------------------------------------------------------- wait
 
 
