@@ -118,7 +118,7 @@ def main():
     p = module.params
     where = (p["host"] + ": ") if p["host"] else ""
     if p["release_dir"] and module.check_mode:
-        module.exit_json(changed=False, msg="check mode: the instances are not restarted nor tested",
+        module.exit_json(changed=p["restart"], msg="check mode: the instances are not restarted nor tested",
                          failed_instances=[], instances={}, results={})
     if p["release_dir"]:
         try:
