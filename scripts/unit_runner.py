@@ -14,6 +14,7 @@ record the pid. Hardening, User= and restart policy are not emulated: say so whe
 import argparse
 import json
 import os
+import pathlib
 import re
 import shlex
 import signal
@@ -115,11 +116,11 @@ def cmd_start(a):
     if a.print:
         print(json.dumps({"argv": r["argv"]}))
     os.makedirs(os.path.dirname(os.path.abspath(a.log)), exist_ok=True)
-    log = open(a.log, "ab", buffering=0)
-    log.write(f"-- unit_runner: starting {os.path.basename(a.unit)} at {time.strftime('%Y-%m-%dT%H:%M:%S')}: "
-              f"{shlex.join(r['argv'])}\n".encode())
-    p = subprocess.Popen(r["argv"], env=r["env"], cwd=r["workdir"] or None, stdout=log,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(a.log, "ab", buffering=0) as log:
+        log.write(f"-- unit_runner: starting {os.path.basename(a.unit)} at {time.strftime('%Y-%m-%dT%H:%M:%S')}: "
+                  f"{shlex.join(r['argv'])}\n".encode())
+        p = subprocess.Popen(r["argv"], env=r["env"], cwd=r["workdir"] or None, stdout=log,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     with open(a.pidfile, "w") as fh:
         fh.write(str(p.pid))
     print(p.pid)
@@ -184,7 +185,7 @@ def main():
     s.set_defaults(fn=cmd_status)
     s = sub.add_parser("show")
     s.add_argument("unit")
-    s.set_defaults(fn=lambda a: print(json.dumps(resolve(open(a.unit).read()), indent=1)))
+    s.set_defaults(fn=lambda a: print(json.dumps(resolve(pathlib.Path(a.unit).read_text()), indent=1)))
     a = ap.parse_args()
     a.fn(a)
 

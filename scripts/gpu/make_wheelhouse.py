@@ -28,7 +28,7 @@ DROP = {
     "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*"],
     "xgrammar": ["xgrammar/lib/libxgrammar.a"],
 }
-PLATFORMS = ["manylinux_2_%d_x86_64" % n for n in (5, 12, 17, 24, 27, 28, 31, 34, 35)] + [
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 35)] + [
     "manylinux2014_x86_64", "manylinux1_x86_64"]
 
 
@@ -63,7 +63,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--extra", action="append", default=[])
     a = ap.parse_args()
-    names = [ln.strip() for ln in open(a.wheel_list) if ln.strip() and not ln.startswith("#")]
+    with open(a.wheel_list) as fh:
+        names = [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")]
     specs = []
     for n in names:
         if n.endswith(".whl"):
@@ -88,7 +89,7 @@ def main():
             tar.add(out, arcname="wheelhouse")
         with open(a.out, "wb") as fh:
             fh.write(lzma.compress(buf.getvalue(), preset=9 | lzma.PRESET_EXTREME))
-    print(f"{a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, {len(os.listdir(raw)) if False else len(specs)} wheels")
+    print(f"{a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, {len(specs)} wheels")
 
 
 if __name__ == "__main__":
