@@ -650,8 +650,8 @@ def _oom_details(text: str, facts: dict, match: _Match, lines: list[_Line]) -> d
         out["oom_where"] = f" on GPU {cap.group('gpu')}"
         if cap.group("free"):
             bits.append(f"{cap.group('free')} free of {cap.group('total')}")
-    if len(procs) > 1:
-        bits.append("other processes hold memory on it: " + ", ".join(f"pid {p} {s}" for p, s in procs))
+    if procs:
+        bits.append("processes holding it: " + ", ".join(f"pid {p} {s}" for p, s in procs))
     out["oom_detail"] = " (" + "; ".join(bits) + ")" if bits else ""
     # where in the start-up it happened: look back a little from the error
     start = max(0, match.line.index - 80)
@@ -676,8 +676,8 @@ def _oom_details(text: str, facts: dict, match: _Match, lines: list[_Line]) -> d
     if in_load and not in_graph:
         tips.append("the weights alone may not fit: use a larger `--tp-size` or a quantised model")
     tips.append("lower `--max-running-requests` / `--chunked-prefill-size`")
-    if len(procs) > 1:
-        tips.append("or free the GPU from the other processes (nvidia-smi)")
+    if procs:
+        tips.append("and make sure no other process holds the GPU (nvidia-smi; pids above)")
     else:
         tips.append("and check that no other process uses the GPU (nvidia-smi)")
     out["oom_remedy"] = "; ".join(tips)
@@ -692,6 +692,9 @@ def _nccl_remedy(text: str) -> str:
         tips.append("NCCL_SOCKET_IFNAME=<the NIC> when several interfaces exist, NCCL_IB_DISABLE=1 without InfiniBand")
     if "cuda" in low and ("unhandled cuda" in low or "ncclunhandledcudaerror" in low or "peer" in low):
         tips.append("NCCL_P2P_DISABLE=1 if GPU peer-to-peer is broken (check `nvidia-smi topo -m`; IOMMU/ACS)")
+    if re.search(r"cuda failure 2|'out of memory'|cudaErrorMemoryAllocation", low, re.IGNORECASE):
+        tips.append("NCCL could not allocate GPU memory for its buffers: lower `--mem-fraction-static` "
+                    "and check nvidia-smi for other processes on these GPUs")
     if "internal error" in low or "ncclinternalerror" in low:
         tips.append("NCCL_CUMEM_ENABLE=0, and one nvidia-nccl-cu* wheel matching torch's NCCL")
     if "timeout" in low or "timed out" in low:

@@ -261,7 +261,7 @@ def test_facts_fill_the_remedy():
     assert r["cause"] == "cuda_oom"
     assert "now 160" in r["remedy"]
     assert "from 0.88 to about 0.78" in r["remedy"]
-    assert "pid 4242" in r["summary"]
+    assert "pid 4242" in r["summary"] and "pid 4343" in r["summary"]
 
 
 # --------------------------------------------------------------------------- long logs
@@ -312,3 +312,36 @@ def test_module_from_repo_root():
     assert res["cause"] == "missing_module"
     assert res["changed"] is False
     assert "uv pip install soundfile" in res["remedy"]
+
+
+# --------------------------------------------------------------------------- the same real logs, mangled
+
+
+def _journal_ansi_crlf(text: str) -> str:
+    """What journalctl of a coloured, Windows-edited log would look like."""
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        colour = "\x1b[1;31m" if "Error" in line else "\x1b[32m"
+        out.append(f"May 23 10:15:{i % 60:02d} ct200 python3[4242]: {colour}{line}\x1b[0m")
+    return "\r\n".join(out) + "\r\n"
+
+
+@pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
+def test_fixture_through_journal_ansi_crlf(entry):
+    text = (FIXTURES / entry["file"]).read_text(errors="replace")
+    plain = diagnose_text(text)
+    mangled = diagnose_text(_journal_ansi_crlf(text))
+    assert mangled["cause"] == plain["cause"] == entry["cause"]
+    assert all("\x1b" not in e and "\r" not in e for e in mangled["evidence"])
+
+
+@pytest.mark.parametrize("entry", [e for e in INDEX if e["cause"] != "unknown"],
+                         ids=[e["file"] for e in INDEX if e["cause"] != "unknown"])
+def test_fixture_followed_by_noise_and_healthy_restart_lines(entry):
+    text = (FIXTURES / entry["file"]).read_text(errors="replace")
+    noise = (
+        "[2026-05-23 10:15:04] Received sigquit from a child process. It usually means the child failed.\n"
+        "[2026-05-23 10:15:04] Rank 0 scheduler is dead. Please check if there are relevant logs.\n"
+        "Killed\n"
+    )
+    assert diagnose_text(text + "\n" + noise)["cause"] == entry["cause"]
