@@ -361,8 +361,10 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             if gpu_checker is not None and fingerprint is not None:
                 label = name if isinstance(name, str) and name else f"#{idx + 1}"
                 for msg in gpu_checker(fingerprint, [{"instance": label, "gpus": list(gpus),
-                                                      "allow_busy": inst["allow_busy_gpus"]}]):
-                    add("gpus", msg)
+                                                      "allow_busy": inst["allow_busy_gpus"],
+                                                      "unit": f"dflash-{label}.service"}]):
+                    # the inventory field is allow_busy_gpus
+                    add("gpus", msg.replace("allow_busy: true", "allow_busy_gpus: true"))
         errors.extend(e)
     return errors
 
@@ -457,8 +459,6 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
                 st = xg[key]
         if st is None and xg_ok is False and "StructuralTag" in str(xg.get("error") or ""):
             st = False
-        if st is None and xg_ok is False:
-            st = False  # no usable xgrammar at all: the xgrammar grammar backend cannot work either
     torch = _probe_get(probe, "torch") or fp.get("torch") or {}
     model = str(inst.get("model_path") or "")
     on_tmpfs = model.startswith(TMPFS_PREFIXES) or bool((hf.get("paths") or {}).get(model, {}).get("tmpfs"))
@@ -481,6 +481,7 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "xgrammar.importable": xg_ok,
         "xgrammar.version": xg.get("version") if isinstance(xg, dict) else None,
         "xgrammar.structural_tag": st,
+        "xgrammar.error": (xg.get("error") or None) if isinstance(xg, dict) else None,
         "flashinfer.importable": _probe_ok(_probe_get(probe, "flashinfer")),
         "torch.importable": _probe_ok(_probe_get(probe, "torch")),
         "sgl_kernel.fa3": _first_bool(_probe_get(probe, "sgl_kernel"), ("fa3", "flash_ops", "fa3_available")),
@@ -733,8 +734,11 @@ def flags_report(flags):
     for name, f in sorted((flags or {}).items()):
         lines.append(f"{name}: python -m sglang.launch_server {' '.join(f['args'])}")
         for a in f["applied"]:
-            what = " ".join(a["flags"]) or ("warning" if a.get("warn") else "env " + ",".join(a.get("env") or {}))
-            lines.append(f"  rule {a['rule']}: {what} -- {a['reason']}")
+            if a.get("warn"):
+                lines.append(f"  WARNING rule {a['rule']}: {a['reason']}")
+            else:
+                what = " ".join(a["flags"]) or " ".join(f"{k}={v}" for k, v in (a.get("env") or {}).items())
+                lines.append(f"  rule {a['rule']}: {what or 'note'} -- {a['reason']}")
             if a.get("prefer"):
                 lines.append(f"    prefer: {a['prefer']}")
         for s in f.get("removed_cause") or []:
@@ -917,12 +921,28 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
     }
 
 
-def stale_instances(unit_files, names):
-    """Installed dflash-<name>.service / dflash-stage-<name>.service whose instance left the inventory."""
-    names = set(names or ())
+def wanted_units(instances):
+    """Unit files the inventory wants: dflash-<name>.service (+ dflash-stage-<name>.service when staged)."""
     out = []
-    for f in unit_files or []:
+    for inst in instances or []:
+        out.append(f"dflash-{inst['name']}.service")
+        if inst.get("model_source"):
+            out.append(f"dflash-stage-{inst['name']}.service")
+    return out
+
+
+def stale_units(unit_files, instances):
+    """Installed dflash-*.service files the inventory no longer wants -> [{unit, instance, stage, removed}].
+
+    removed: the whole instance left the inventory (its cache directory goes too); otherwise only
+    its staging unit is no longer needed.
+    """
+    wanted = set(wanted_units(instances))
+    names = {str(i["name"]) for i in instances or []}
+    out = []
+    for f in sorted(unit_files or []):
         m = re.match(r"^dflash-(stage-)?(.+)\.service$", f)
-        if m and m.group(2) not in names:
-            out.append({"unit": f, "instance": m.group(2), "stage": bool(m.group(1))})
+        if m and f not in wanted:
+            out.append({"unit": f, "instance": m.group(2), "stage": bool(m.group(1)),
+                        "removed": m.group(2) not in names})
     return out

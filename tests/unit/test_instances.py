@@ -179,15 +179,14 @@ def test_protect_home_off_allows_home_paths():
 # --- GPUs through the fingerprint stage's check_requested_gpus -------------------------------
 
 def _checker():
-    fp = pytest.importorskip("dflash_fingerprint", reason="module_utils/dflash_fingerprint.py not landed yet")
-    return fp.check_requested_gpus
+    return di.default_gpu_checker()
 
 
 def test_busy_gpu0_rejected_unless_allowed():
     checker = _checker()
     errors = validate([good(gpus=[0])], checker=checker)
     assert errors and all(e.startswith("ct200: instance 'dflash-gpu1': field 'gpus': ") for e in errors)
-    assert any("0" in e for e in errors)
+    assert any("GPU 0" in e and "allow_busy_gpus: true" in e for e in errors), errors
     assert validate([good(gpus=[0], allow_busy_gpus=True)], checker=checker) == []
 
 
@@ -339,8 +338,11 @@ def test_gather_host_facts(tmp_path):
     assert hf["overlay"]["nvidia_lib_dirs"] == [str(sp / "cu13" / "lib"), str(sp / "nccl" / "lib")]
     assert hf["overlay"]["nvcc"] == {"path": str(sp / "cu13" / "bin" / "nvcc"), "home": str(sp / "cu13"),
                                      "version": "13.0"}
-    assert di.stale_instances(hf["units"], ["a"]) == [{"unit": "dflash-old.service", "instance": "old",
-                                                       "stage": False}]
+    assert di.stale_units(hf["units"], [{"name": "a", "model_source": "/data/a"}]) == [
+        {"unit": "dflash-old.service", "instance": "old", "stage": False, "removed": True}]
+    assert di.stale_units(hf["units"], [{"name": "a"}]) == [
+        {"unit": "dflash-old.service", "instance": "old", "stage": False, "removed": True},
+        {"unit": "dflash-stage-a.service", "instance": "a", "stage": True, "removed": False}]
 
 
 def test_argument_specs_mirror_the_schema():

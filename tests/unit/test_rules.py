@@ -154,6 +154,16 @@ def test_xgrammar_import_error_naming_structuraltag():
     assert "xgrammar-without-structuraltag" in applied_names(plan(inst(), CT129, probe))
 
 
+def test_xgrammar_not_installed():
+    probe = dict(PROBE_GOOD, xgrammar={"ok": False, "error": "ModuleNotFoundError: No module named 'xgrammar'"})
+    p = plan(inst(gpus=[0], model_path="/data/m"), CT129, probe)
+    assert applied_names(p) == ["xgrammar-missing"]
+    assert "No module named 'xgrammar'" in p["applied"][0]["reason"]
+    # without torch nothing of sglang runs: the missing xgrammar is not the cause to work around
+    probe["torch"] = {"ok": False, "error": "ModuleNotFoundError: No module named 'torch'"}
+    assert plan(inst(gpus=[0], model_path="/data/m"), CT129, probe)["applied"] == []
+
+
 def test_user_pin_wins_and_disabled_rule():
     p = plan(inst(pin_flags={"--attention-backend": "flashinfer"}), CT200, PROBE_SEED_CT200)
     args = p["args"]

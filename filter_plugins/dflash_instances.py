@@ -1,0 +1,68 @@
+"""Jinja filters of the instances stage: thin wrappers over module_utils/dflash_instances.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MU not in sys.path:
+    sys.path.insert(0, _MU)
+
+import dflash_instances as _di
+
+
+def _plain(value):
+    """Ansible 2.19 hands tagged/lazy containers to filters: make them plain Python."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, host_disabled_rules=(),
+                            protect_home=True):
+    """All placement errors of one host (list of strings; empty = valid)."""
+    rules = _plain(rules) or []
+    errors = _di.check_rules_table(rules)
+    errors += _di.validate_instances(
+        str(host), _plain(instances), _plain(fingerprint), _plain(host_facts),
+        [r["name"] for r in rules], _plain(host_disabled_rules) or [], bool(protect_home),
+        gpu_checker=_di.default_gpu_checker())
+    return errors
+
+
+def dflash_instances_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled_rules=(),
+                           lab_standin=False, bind_host="0.0.0.0"):
+    """The dflash_flags fact: {instance: {args, env, applied, skipped, removed_cause, ...}}."""
+    return _di.plan_flags(_plain(instances), _plain(rules), _plain(fingerprint), _plain(probe),
+                          _plain(host_facts), _plain(tree), _plain(host_disabled_rules) or [],
+                          bool(lab_standin), str(bind_host))
+
+
+def dflash_instances_report(flags):
+    return _di.flags_report(_plain(flags))
+
+
+def dflash_instances_stale(unit_files, instances):
+    """Installed dflash-*.service files the inventory no longer wants."""
+    return _di.stale_units(_plain(unit_files), _plain(instances))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "dflash_instances_errors": dflash_instances_errors,
+            "dflash_instances_flags": dflash_instances_flags,
+            "dflash_instances_report": dflash_instances_report,
+            "dflash_instances_stale": dflash_instances_stale,
+        }

@@ -1,0 +1,49 @@
+#!/usr/bin/python
+"""Ansible module: read-only host facts for instance validation (logic: module_utils/dflash_instances)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: dflash_instances_facts
+short_description: Read-only host facts the instances stage validates against
+description:
+  - Listening TCP ports with their process and systemd unit (from /proc, like C(ss -ltnp)), so
+    ports held by something that is not one of our dflash-* units are refused.
+  - For each model / draft / model_source path of the inventory, whether it exists, is a directory
+    and is on tmpfs; the draft's block size from its config.json.
+  - The dflash-*.service units installed in C(unit_dir).
+  - With C(layer_path), the CUDA pieces shipped as pip packages in that layer (nvidia/*/lib
+    directories, an nvcc and its version).
+  - Changes nothing; check mode works.
+options:
+  instances: {description: The dflash_instances list of the host., type: list, elements: raw, default: []}
+  layer_path: {description: The final layer's venv (dflash_layers[-1].path)., type: path}
+  unit_dir: {description: Where the units are., type: path, default: /etc/systemd/system}
+author: dflash-deploy
+"""
+
+RETURN = r"""
+host_facts: {description: "{listeners, paths, drafts, units, overlay}", returned: always, type: dict}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_instances import gather_host_facts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {"type": "list", "elements": "raw", "default": []},
+            "layer_path": {"type": "path"},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    facts = gather_host_facts(p["instances"], p["layer_path"], p["unit_dir"])
+    module.exit_json(changed=False, host_facts=facts)
+
+
+if __name__ == "__main__":
+    main()
