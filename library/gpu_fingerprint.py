@@ -45,6 +45,11 @@ options:
     type: list
     elements: dict
     default: []
+  instances:
+    description: The host's C(dflash_instances); turned into I(requests) (name, gpus, allow_busy_gpus).
+    type: list
+    elements: dict
+    default: []
   host:
     description: Host name used in refusals.
     type: str
@@ -95,6 +100,7 @@ from ansible.module_utils.dflash_fingerprint import (
     fingerprint_from_raw,
     gate,
     read_capture,
+    requests_from_instances,
     write_capture,
 )
 
@@ -109,6 +115,7 @@ def main():
             "proc_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "layers": {"type": "list", "elements": "dict", "default": []},
             "requests": {"type": "list", "elements": "dict", "default": []},
+            "instances": {"type": "list", "elements": "dict", "default": []},
             "host": {"type": "str"},
             "allow_minor_version_compat": {"type": "bool", "default": False},
         },
@@ -128,7 +135,8 @@ def main():
         if not isinstance(req.get("gpus", []), list) or not all(isinstance(g, int) for g in req.get("gpus", [])):
             module.fail_json(msg=f"gpu_fingerprint: requests[{i}] (instance {req.get('instance')!r}): "
                                  f"gpus must be a list of GPU indexes, got {req.get('gpus')!r}")
-    refusals = gate(fingerprint, p["layers"], p["requests"], host=p["host"] or "host",
+    requests = p["requests"] + requests_from_instances(p["instances"])
+    refusals = gate(fingerprint, p["layers"], requests, host=p["host"] or "host",
                     allow_minor_version_compat=p["allow_minor_version_compat"])
     result = {"changed": False, "ansible_facts": {"dflash_fingerprint": fingerprint}, "refusals": refusals}
     if p["capture_dir"]:
