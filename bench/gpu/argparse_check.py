@@ -1,0 +1,194 @@
+"""Feed dflash_instances' rendered launch_server argument lists to sglang 0.5.11's own parser.
+
+Two steps (bench/gpu/argparse_check.sh runs both on the GPU machine):
+
+  cases  --out DIR [--python PY --pythonpath P]   render the cases with module_utils/dflash_instances.py
+         and the rules table of roles/dflash_instances/vars/main.yml:
+           h200-live-*  : this machine's live fingerprint (module_utils/dflash_fingerprint.py) and the
+                          live probe of PY + PYTHONPATH (module_utils/dflash_probe.py)
+           ct200-seed-* : lab/captures/ct200 (SM 12.0, nvcc 12.8) + the seeds' probe (xgrammar 0.1.10)
+           ct129-*      : lab/captures/ct129 (SM 8.6) + a good probe (no fallbacks expected)
+           neg-*        : must be REJECTED (proves the parser is the real one)
+  parse  --cases FILE --out DIR   each case in its own subprocess: argparse (ServerArgs.add_cli_args)
+         and then sglang's prepare_server_args (ServerArgs.__post_init__ validation); records
+         accepted / rejected with the message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "module_utils"))
+
+MODEL = "/dev/shm/Qwen3.6-27B"
+DRAFT = "/dev/shm/Qwen3.6-27B-DFlash"
+
+PROBE_SEED_CT200 = {  # the seeds' CT200 venv after the cu130 overlay: xgrammar 0.1.10 (no StructuralTag)
+    "torch": {"ok": True, "version": "2.11.0+cu130", "cuda": "13.0"},
+    "flashinfer": {"ok": True, "version": "0.6.8.post1"},
+    "xgrammar": {"ok": True, "version": "0.1.10", "structural_tag": False},
+}
+PROBE_GOOD = {
+    "torch": {"ok": True, "version": "2.11.0+cu130", "cuda": "13.0"},
+    "flashinfer": {"ok": True, "version": "0.6.8.post1"},
+    "xgrammar": {"ok": True, "version": "0.1.32", "structural_tag": True},
+}
+
+
+def _instances(gpus):
+    base = {"name": "dflash-gpu", "gpus": gpus, "port": 30001, "model_path": MODEL, "draft_model_path": DRAFT,
+            "mem_fraction_static": 0.5, "context_length": 4096,
+            "extra_args": ["--load-format", "dummy", "--skip-tokenizer-init", "--cuda-graph-max-bs", "4"]}
+    return {
+        "dflash": dict(base, algorithm="DFLASH"),
+        "ddtree": dict(base, algorithm="DDTREE", ddtree={"budget": 15, "topk": 8, "mode": "tree"}),
+        "ddtree-shadow": dict(base, algorithm="DDTREE", ddtree={"budget": 7, "topk": 4, "mode": "shadow-linear"}),
+        "none": dict(base, algorithm="NONE", draft_model_path=None),
+    }
+
+
+def make_cases(python, pythonpath):
+    import yaml
+    from dflash_fingerprint import collect_raw, fingerprint_from_raw, read_capture
+    from dflash_instances import plan_instance
+
+    rules = yaml.safe_load((ROOT / "roles/dflash_instances/vars/main.yml").read_text())["__dflash_instances_rules"]
+    cases, notes = [], {}
+    try:
+        live_fp = fingerprint_from_raw(collect_raw(venv_python=python))
+    except Exception as exc:  # noqa: BLE001 - recorded, the other cases still run
+        live_fp, notes["live_fingerprint_error"] = None, f"{type(exc).__name__}: {exc}"
+    live_probe = None
+    try:
+        from dflash_probe import run_probe
+        live_probe = run_probe(python, pythonpath or None, timeout=240)
+    except Exception as exc:  # noqa: BLE001 - recorded
+        notes["live_probe_error"] = f"{type(exc).__name__}: {exc}"
+    hosts = [("ct200-seed", fingerprint_from_raw(read_capture(str(ROOT / "lab/captures/ct200"))), PROBE_SEED_CT200, [1]),
+             ("ct129", fingerprint_from_raw(read_capture(str(ROOT / "lab/captures/ct129"))), PROBE_GOOD, [0])]
+    if live_fp:
+        hosts.insert(0, ("h200-live", live_fp, live_probe, [0]))
+    notes["fingerprints"] = {h: {"gpus": [(g.get("index"), g.get("name"), g.get("sm")) for g in fp.get("gpus", [])],
+                                 "nvcc": fp.get("nvcc_version"), "driver_cuda": fp.get("driver_cuda_version")}
+                             for h, fp, _, _ in hosts}
+    notes["live_probe"] = live_probe
+    for host, fp, probe, gpus in hosts:
+        for kind, inst in _instances(gpus).items():
+            p = plan_instance(inst, rules, fp, probe, {}, None)
+            cases.append({"case": f"{host}-{kind}", "expect": "accept", "args": p["args"],
+                          "applied": [{"rule": a["rule"], "flags": a["flags"]} for a in p["applied"]]})
+    good = next(c for c in cases if c["case"].endswith("-dflash"))["args"]
+    cases.append({"case": "neg-unknown-flag", "expect": "reject", "args": [*good, "--no-such-flag-dflash"]})
+    cases.append({"case": "neg-bad-attention-choice", "expect": "reject",
+                  "args": [*good, "--attention-backend", "not-a-backend"]})
+    ddtree = next(c for c in cases if c["case"].endswith("-ddtree"))["args"]
+    i = ddtree.index("--speculative-ddtree-budget")
+    cases.append({"case": "neg-ddtree-budget-over-block", "expect": "reject",
+                  "args": [*ddtree[:i + 1], "16", *ddtree[i + 2:]]})
+    return cases, notes
+
+
+PARSE_CHILD = r"""
+import argparse, json, sys, traceback
+argv = json.loads(sys.argv[1])
+out = {}
+try:
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
+    p = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
+    ServerArgs.add_cli_args(p)
+    try:
+        p.parse_args(argv)
+        out["argparse"] = "accepted"
+    except SystemExit as e:
+        out["argparse"] = f"rejected (exit {e.code})"
+    except argparse.ArgumentError as e:
+        out["argparse"] = f"rejected: {e}"
+    if out["argparse"] == "accepted":
+        sa = prepare_server_args(argv)
+        out["server_args"] = "accepted"
+        out["resolved"] = {k: getattr(sa, k, None) for k in (
+            "attention_backend", "speculative_draft_attention_backend", "sampling_backend", "grammar_backend",
+            "speculative_algorithm", "speculative_num_draft_tokens", "tp_size", "port",
+            "speculative_ddtree_budget", "speculative_ddtree_topk", "speculative_ddtree_mode")}
+except SystemExit as e:
+    out["server_args"] = f"rejected (exit {e.code})"
+except BaseException as e:
+    out["server_args"] = f"rejected: {type(e).__name__}: {e}"
+    out["traceback"] = traceback.format_exc().strip().splitlines()[-6:]
+print("@@RESULT@@" + json.dumps(out, default=str))
+"""
+
+
+def parse_cases(cases, python, env, timeout=240):
+    results = []
+    for c in cases:
+        t0 = time.monotonic()
+        proc = subprocess.run([python, "-c", PARSE_CHILD, json.dumps(c["args"])], capture_output=True, text=True,
+                              env=env, timeout=timeout, check=False)
+        res = {"argparse": "no result", "server_args": f"crashed rc={proc.returncode}"}
+        for line in proc.stdout.splitlines():
+            if line.startswith("@@RESULT@@"):
+                res = json.loads(line[len("@@RESULT@@"):])
+        accepted = res.get("argparse") == "accepted" and res.get("server_args") == "accepted"
+        res.update(case=c["case"], expect=c["expect"], args=c["args"], applied=c.get("applied"),
+                   ok=accepted == (c["expect"] == "accept"), seconds=round(time.monotonic() - t0, 1),
+                   stderr_tail=proc.stderr.strip().splitlines()[-8:])
+        print(f"[argparse] {c['case']}: argparse={res.get('argparse')} server_args={res.get('server_args')} "
+              f"-> {'OK' if res['ok'] else 'UNEXPECTED'}", flush=True)
+        results.append(res)
+    return results
+
+
+def write_md(results, notes, path):
+    lines = ["# sglang 0.5.11 argument parser vs dflash_instances' rendered arguments", "",
+             f"Run {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} by bench/gpu/argparse_check.sh", "",
+             "| case | expect | argparse | ServerArgs | ok | fallback rules |", "|---|---|---|---|---|---|"]
+    for r in results:
+        rules = ", ".join(a["rule"] for a in r.get("applied") or []) or "-"
+        sa = str(r.get("server_args", "-")).replace("|", "/")[:160]
+        lines.append(f"| {r['case']} | {r['expect']} | {r.get('argparse')} | {sa} | {'yes' if r['ok'] else 'NO'} "
+                     f"| {rules} |")
+    lines += ["", "## Argument lists", ""]
+    for r in results:
+        lines += [f"- `{r['case']}`: `{' '.join(r['args'])}`"]
+    lines += ["", "## Facts used", "", "```json", json.dumps(notes, indent=1, default=str)[:6000], "```"]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("cases")
+    c.add_argument("--out", required=True)
+    c.add_argument("--python", default=sys.executable)
+    c.add_argument("--pythonpath", action="append", default=[])
+    p = sub.add_parser("parse")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--python", default=sys.executable)
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if a.cmd == "cases":
+        cases, notes = make_cases(a.python, a.pythonpath)
+        (out / "cases.json").write_text(json.dumps({"cases": cases, "notes": notes}, indent=1, default=str))
+        print(f"[argparse] {len(cases)} cases -> {out / 'cases.json'}")
+        return 0
+    data = json.loads(Path(a.cases).read_text())
+    results = parse_cases(data["cases"], a.python, dict(os.environ))
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    write_md(results, data.get("notes") or {}, out / "results.md")
+    bad = [r["case"] for r in results if not r["ok"]]
+    print(f"[argparse] {len(results) - len(bad)}/{len(results)} as expected; unexpected: {bad or 'none'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
