@@ -432,7 +432,8 @@ _FACT_RES: list[tuple[str, re.Pattern]] = [
     ("sm", _rx(r"get_device_capability\(\)[^\n]*\((?P<v>\d{1,2}, ?\d)\)")),
     ("sm", _rx(r"capability[^\n]{0,20}\((?P<v>\d{1,2}, ?\d)\)")),
     ("sm", _rx(r"\bSM ?(?P<v>\d{1,2}\.\d)\b")),
-    ("sm", _rx(r"(?<![/\w])sm_?(?P<v>\d{2,3})a?\b")),
+    ("sm", _rx(r"(?<![/\w])sm_?(?P<v>\d{2,3})a?\b(?!\+| or (?:higher|newer|above)| and (?:higher|above))")),
+    ("sm", _rx(r"\bSM ?(?P<v>1\d)\.x\b")),
     ("gpu_name", _rx(r"(?P<v>NVIDIA (?:GeForce |RTX |Tesla |A\d|H\d|B\d|L\d)[\w -]*?)(?: with CUDA capability|\s*\||,|$)")),
     ("torch_version", _rx(r"\btorch(?:==| version[: ]+| )(?P<v>\d+\.\d+\.\d+(?:\+\w+)?)")),
     ("torch_version", _rx(r"PyTorch (?:version )?(?P<v>\d+\.\d+\.\d+(?:\+\w+)?)")),
@@ -464,8 +465,10 @@ _FACT_PREFILTER = re.compile(
 
 
 def _norm_sm(raw: str) -> str | None:
-    """'120' / '12.0' / '12, 0' / '90a' -> '12.0' (major.minor)."""
+    """'120' / '12.0' / '12, 0' / '90a' -> '12.0' (major.minor); '12' (from 'SM 12.x') -> '12.x'."""
     raw = raw.replace(" ", "").replace(",", ".").rstrip("a")
+    if raw.isdigit() and len(raw) == 2 and raw.startswith("1") and int(raw) <= 13:
+        return f"{raw}.x"
     if "." in raw:
         major, _, minor = raw.partition(".")
         return f"{int(major)}.{int(minor[:1] or 0)}" if major.isdigit() else None
@@ -753,6 +756,9 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     if sm and "x" not in sm:
         f["sm_arch"] = "sm_" + sm.replace(".", "")
         f["arch_env"] = sm
+    elif sm:
+        f["sm_arch"] = f"sm_{sm.split('.')[0]}x (e.g. sm_{sm.split('.')[0]}0)"
+        f["arch_env"] = sm.replace("x", "0")
     else:
         f["sm_arch"] = "this GPU's architecture (`nvidia-smi --query-gpu=compute_cap --format=csv`)"
         f["arch_env"] = "<the GPU's compute capability>"

@@ -1,0 +1,713 @@
+#!/usr/bin/env python3
+"""LAB STAND-IN for `python -m sglang.launch_server` (sglang 0.5.11). NOT SGLang.
+
+Lab containers have no GPU, so lab units run this file with the same flags the real server
+would get. It parses the launch flags like sglang's argparse parser does, says loudly that it
+is a stand-in (first log line, ``/get_server_info`` has ``"lab_standin": true``) and answers the
+endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministically:
+
+  GET  /health /health_generate       200, empty body (503 while "starting")
+  GET  /v1/models, /v1/models/{name}  OpenAI model list / card
+  GET  /get_server_info /server_info  server args + scheduler info + version + lab_standin
+  GET  /get_model_info /model_info    model path, is_generation, ...
+  GET  /metrics                       Prometheus text with sglang's metric names
+  POST /v1/chat/completions           content / reasoning_content, usage; honours max_tokens,
+                                      temperature, seed, stream
+  POST /generate                      text or input_ids; meta_info with completion_tokens and,
+                                      with --speculative-algorithm, spec_verify_ct,
+                                      spec_accept_length, spec_accept_rate, spec_accepted_drafts,
+                                      spec_proposed_drafts, spec_accept_histogram
+
+Fault injection (environment, e.g. from the instance's `env` in the inventory):
+  DFLASH_STANDIN_FAULT=crash  print DFLASH_STANDIN_FAULT_LOG (a file, or a cause name whose log is
+                              faults/<cause>.log next to this file) to stderr, exit 1; optional
+                              DFLASH_STANDIN_FAULT_DELAY seconds before that
+  DFLASH_STANDIN_FAULT=slow   /health is 503 for DFLASH_STANDIN_START_DELAY seconds (default 5)
+  DFLASH_STANDIN_FAULT=hang   listens, but /health never answers 200
+  DFLASH_STANDIN_FAULT=wrong  healthy, but chat content and reasoning are empty, /generate has no
+                              spec fields and server info says speculative_algorithm null
+
+Flags: the accepted flags are read from sglang-0.5.11-flags.txt (one --flag per line; generated
+from the real server_args.py plus the toolkit's DDTree flags) next to this file, or from
+DFLASH_STANDIN_FLAGS_FILE. Without that file any --flag is accepted and the log says so.
+Stdlib only, Python >= 3.11.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
+
+SGLANG_VERSION = "0.5.11"
+PROG = "sglang serve"  # argparse prog of sglang 0.5.11's prepare_server_args
+HERE = os.path.dirname(os.path.abspath(__file__))
+FLAGS_FILE_NAME = "sglang-0.5.11-flags.txt"
+
+BANNER = (
+    "DFLASH LAB STAND-IN: this is NOT SGLang. {path} emulates `python -m sglang.launch_server` "
+    "(sglang " + SGLANG_VERSION + ") without a GPU; outputs are canned and deterministic."
+)
+
+SPEC_CHOICES = ("DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE")
+EOS_TOKEN_ID = 151645  # Qwen's <|im_end|>; what matched_stop shows for a natural stop
+
+# aliases of 0.5.11 (several option strings for one dest) -> the ServerArgs field name
+ALIASES = {
+    "model": "model_path",
+    "tensor_parallel_size": "tp_size",
+    "pipeline_parallel_size": "pp_size",
+    "data_parallel_size": "dp_size",
+    "expert_parallel_size": "ep_size",
+    "ep": "ep_size",
+    "attention_context_parallel_size": "attn_cp_size",
+    "moe_data_parallel_size": "moe_dp_size",
+    "nccl_init_addr": "dist_init_addr",
+    "speculative_draft_model": "speculative_draft_model_path",
+}
+# defaults of the ServerArgs fields the stand-in uses (values of sglang 0.5.11)
+DEFAULTS = {
+    "model_path": None,
+    "tokenizer_path": None,
+    "served_model_name": None,
+    "host": "127.0.0.1",
+    "port": 30000,
+    "tp_size": 1,
+    "pp_size": 1,
+    "dp_size": 1,
+    "ep_size": 1,
+    "context_length": None,
+    "mem_fraction_static": None,
+    "max_running_requests": None,
+    "cuda_graph_max_bs": None,
+    "attention_backend": None,
+    "sampling_backend": None,
+    "grammar_backend": None,
+    "reasoning_parser": None,
+    "skip_tokenizer_init": False,
+    "enable_metrics": False,
+    "speculative_algorithm": None,
+    "speculative_draft_model_path": None,
+    "speculative_num_steps": None,
+    "speculative_eagle_topk": None,
+    "speculative_num_draft_tokens": None,
+    "speculative_dflash_block_size": None,
+    "weight_version": "default",
+    "random_seed": None,
+    "load_format": "auto",
+    "dtype": "auto",
+}
+
+
+class UsageError(Exception):
+    """An argparse-style error: printed with the usage line, exit status 2."""
+
+
+def log(msg: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    sys.stderr.write(f"[{stamp}] {msg}\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- flags
+
+
+def load_known_flags(path: str | None = None) -> tuple[set[str] | None, str]:
+    """The accepted --flags, or None (permissive) when no flags file exists."""
+    candidates = [path] if path else [os.environ.get("DFLASH_STANDIN_FLAGS_FILE"),
+                                      os.path.join(HERE, FLAGS_FILE_NAME)]
+    for cand in candidates:
+        if cand and os.path.isfile(cand):
+            with open(cand, encoding="utf-8") as fh:
+                flags = {ln.split()[0] for ln in fh if ln.strip().startswith("--")}
+            return flags, cand
+    return None, ""
+
+
+def _is_value(token: str) -> bool:
+    return not token.startswith("-") or bool(re.match(r"^-\d", token))
+
+
+def _typed(raw: str):
+    if re.fullmatch(r"-?\d+", raw):
+        return int(raw)
+    if re.fullmatch(r"-?\d+\.\d*(?:e-?\d+)?|-?\d*\.\d+(?:e-?\d+)?", raw):
+        return float(raw)
+    if raw in ("True", "true"):
+        return True
+    if raw in ("False", "false"):
+        return False
+    return raw
+
+
+def _dest(flag: str) -> str:
+    name = flag.lstrip("-").replace("-", "_")
+    return ALIASES.get(name, name)
+
+
+def parse_args(argv: list[str], known: set[str] | None) -> dict:
+    """Parse launch_server flags like argparse would; raise UsageError on bad input."""
+    args = dict(DEFAULTS)
+    unrecognized: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if tok in ("-h", "--help"):
+            raise SystemExit(_help(known))
+        if not tok.startswith("--"):
+            unrecognized.append(tok)
+            continue
+        flag, eq, inline = tok.partition("=")
+        if known is not None and flag not in known:
+            # argparse accepts an unambiguous prefix of a long option
+            matches = [k for k in known if k.startswith(flag)]
+            if len(matches) == 1:
+                flag = matches[0]
+            elif len(matches) > 1:
+                raise UsageError(f"ambiguous option: {flag} could match {', '.join(sorted(matches)[:6])}")
+            else:
+                unrecognized.append(tok)
+                while i < len(argv) and _is_value(argv[i]):
+                    unrecognized.append(argv[i])
+                    i += 1
+                continue
+        values = [inline] if eq else []
+        while not eq and i < len(argv) and _is_value(argv[i]):
+            values.append(argv[i])
+            i += 1
+        dest = _dest(flag)
+        if not values:
+            if dest in ("model_path", "port", "host", "speculative_algorithm", "served_model_name",
+                        "speculative_draft_model_path", "tp_size"):
+                raise UsageError(f"argument {flag}: expected one argument")
+            args[dest] = True  # store_true
+        elif len(values) == 1:
+            args[dest] = _typed(values[0])
+        else:
+            args[dest] = [_typed(v) for v in values]
+    if unrecognized:
+        raise UsageError("unrecognized arguments: " + " ".join(unrecognized))
+    algo = args.get("speculative_algorithm")
+    if algo is not None and algo not in SPEC_CHOICES:
+        choices = ", ".join(f"'{c}'" for c in SPEC_CHOICES)
+        raise UsageError(f"argument --speculative-algorithm: invalid choice: '{algo}' (choose from {choices})")
+    if not args.get("model_path"):
+        raise UsageError("the following arguments are required: --model-path/--model")
+    if not isinstance(args.get("port"), int):
+        raise UsageError(f"argument --port: invalid int value: '{args.get('port')}'")
+    if not args.get("served_model_name"):
+        args["served_model_name"] = args["model_path"]
+    if not args.get("tokenizer_path"):
+        args["tokenizer_path"] = args["model_path"]
+    return args
+
+
+def _usage() -> str:
+    return f"usage: {PROG} [-h] --model-path MODEL_PATH [--host HOST] [--port PORT] ..."
+
+
+def _help(known: set[str] | None) -> int:
+    print(_usage())
+    print("\nLAB STAND-IN for sglang.launch_server; accepted flags:")
+    for flag in sorted(known or []):
+        print(f"  {flag}")
+    return 0
+
+
+# --------------------------------------------------------------------------- canned model
+
+THINKING = (
+    "Here's a thinking process:\n\n1. **Understand User Request:**\n - Function name: fibonacci(n)\n"
+    " - Method: Iteration (not recursion)\n - Output: Only code (no explanation)\n\n2. **Plan:** keep two "
+    "running values a and b, start from 0 and 1, step n times, return a. Handle n <= 0 by returning 0.\n\n"
+    "3. **Check:** fibonacci(0) = 0, fibonacci(1) = 1, fibonacci(10) = 55. Looks right."
+)
+ANSWER = (
+    "```python\ndef fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+    "    return a\n```"
+)
+GENERIC_ANSWER = (
+    "This reply comes from the dflash lab stand-in, not from a model. The stand-in answers every prompt "
+    "with canned, deterministic text so that smoke tests can check the shape of the response."
+)
+
+_TOKEN_RE = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def tokens_of(text: str) -> list[str]:
+    """A stable stand-in tokenisation: words, punctuation and whitespace runs."""
+    return _TOKEN_RE.findall(text)
+
+
+def token_ids(pieces: list[str]) -> list[int]:
+    return [int.from_bytes(hashlib.blake2b(p.encode(), digest_size=4).digest(), "big") % 151000 for p in pieces]
+
+
+def _vary(pieces: list[str], temperature: float, seed_material: str) -> list[str]:
+    """temperature > 0: a deterministic (seeded) variation; temperature 0: unchanged."""
+    if temperature <= 0:
+        return pieces
+    rng = random.Random(hashlib.sha256(f"{seed_material}|{temperature}".encode()).hexdigest())
+    out = list(pieces)
+    words = [i for i, p in enumerate(out) if p.isalpha() and len(p) > 3]
+    for _ in range(max(1, int(len(words) * min(temperature, 2.0) / 4))):
+        if len(words) < 2:
+            break
+        a, b = rng.sample(words, 2)
+        out[a], out[b] = out[b], out[a]
+    return out
+
+
+def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reasoning: bool) -> dict:
+    """Canned completion: (reasoning, content, completion tokens, finish)."""
+    fib = "fibonacci" in prompt.lower()
+    think = tokens_of(THINKING) if reasoning else []
+    answer = tokens_of(ANSWER if fib else GENERIC_ANSWER)
+    material = f"{prompt}|{seed}"
+    think, answer = _vary(think, temperature, material + "|t"), _vary(answer, temperature, material + "|a")
+    limit = max_tokens if max_tokens is not None else len(think) + len(answer)
+    limit = max(0, int(limit))
+    t_part = think[:limit]
+    a_part = answer[: max(0, limit - len(think))]
+    finished = len(t_part) + len(a_part) == len(think) + len(answer)
+    return {
+        "reasoning": "".join(t_part) if reasoning else None,
+        "content": "".join(a_part) if a_part else None,
+        "reasoning_tokens": len(t_part),
+        "completion_tokens": len(t_part) + len(a_part),
+        "finish_reason": "stop" if finished else "length",
+        "pieces": t_part + a_part,
+    }
+
+
+def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
+    """Speculative-decoding meta_info the way sglang 0.5.11 reports it (deterministic)."""
+    algo = args.get("speculative_algorithm")
+    draft = (args.get("speculative_num_draft_tokens") or args.get("speculative_dflash_block_size")
+             or args.get("speculative_ddtree_budget") or 16)
+    try:
+        draft = max(2, int(draft))
+    except (TypeError, ValueError):
+        draft = 16
+    if algo == "DDTREE":
+        draft = min(draft + 1, 65)  # the tree budget plus the root
+    rng = random.Random(hashlib.sha256(seed_material.encode()).hexdigest())
+    remaining, verify_ct, accepted, hist = completion_tokens, 0, 0, [0] * draft
+    while remaining > 0:
+        drafts = min(rng.choice((1, 2, 2, 3, 3, 4, 5, 6)), draft - 1, remaining - 1)
+        drafts = max(0, drafts)
+        verify_ct += 1
+        accepted += drafts
+        hist[drafts] += 1
+        remaining -= drafts + 1
+    proposed = verify_ct * (draft - 1)
+    if verify_ct == 0:
+        return {}
+    return {
+        "spec_accept_rate": accepted / proposed if proposed else 0.0,
+        "spec_accept_length": completion_tokens / verify_ct,
+        "spec_accepted_drafts": accepted,
+        "spec_proposed_drafts": proposed,
+        "spec_verify_ct": verify_ct,
+        "spec_accept_histogram": hist,
+    }
+
+
+# --------------------------------------------------------------------------- server state
+
+
+class State:
+    def __init__(self, args: dict, fault: str, start_delay: float, flags_source: str):
+        self.args = args
+        self.fault = fault
+        self.started = time.monotonic()
+        self.start_delay = start_delay
+        self.flags_source = flags_source
+        self.lock = threading.Lock()
+        self.counter = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.num_requests_total = 0
+        self.last_accept_length = 0.0
+        self.last_accept_rate = 0.0
+        self.context_len = int(args.get("context_length") or 32768)
+
+    def healthy(self) -> bool:
+        if self.fault == "hang":
+            return False
+        return time.monotonic() - self.started >= self.start_delay
+
+    def spec_enabled(self) -> bool:
+        return self.args.get("speculative_algorithm") is not None and self.fault != "wrong"
+
+    def next_id(self, prompt: str) -> str:
+        with self.lock:
+            self.counter += 1
+            n = self.counter
+        return hashlib.sha256(f"{n}|{prompt}".encode()).hexdigest()[:32]
+
+    def account(self, prompt_tokens: int, completion_tokens: int, spec: dict) -> None:
+        with self.lock:
+            self.num_requests_total += 1
+            self.prompt_tokens_total += prompt_tokens
+            self.generation_tokens_total += completion_tokens
+            if spec:
+                self.last_accept_length = spec["spec_accept_length"]
+                self.last_accept_rate = spec["spec_accept_rate"]
+
+    def server_info(self) -> dict:
+        info = {k: v for k, v in self.args.items()}
+        if self.fault == "wrong":
+            info["speculative_algorithm"] = None
+        info.update({
+            "lab_standin": True,
+            "lab_standin_fault": self.fault or None,
+            "lab_standin_flags_file": self.flags_source or None,
+            "max_total_num_tokens": 262144,
+            "max_req_input_len": self.context_len - 1,
+            "internal_states": [{
+                "attention_backend": self.args.get("attention_backend") or "triton",
+                "avg_spec_accept_length": self.last_accept_length if self.spec_enabled() else None,
+                "last_gen_throughput": 0.0,
+                "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 262144, "graph": 0.0},
+            }],
+            "version": SGLANG_VERSION,
+        })
+        return info
+
+    def metrics(self) -> str:
+        a = self.args
+        labels = f'model_name="{a["served_model_name"]}",engine_type="unified",tp_rank="0"'
+        rows = [
+            ("sglang:num_running_reqs", "gauge", "The number of running requests.", 0),
+            ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
+            ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", 0.0),
+            ("sglang:token_usage", "gauge", "The token usage.", 0.0),
+            ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0),
+            ("sglang:spec_accept_length", "gauge",
+             "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+             self.last_accept_length if self.spec_enabled() else 0.0),
+            ("sglang:spec_accept_rate", "gauge",
+             "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
+             self.last_accept_rate if self.spec_enabled() else 0.0),
+            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+             self.prompt_tokens_total),
+            ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.",
+             self.generation_tokens_total),
+            ("sglang:num_requests_total", "counter", "Number of requests processed.", self.num_requests_total),
+        ]
+        out = []
+        for name, kind, doc, value in rows:
+            out.append(f"# HELP {name} {doc}")
+            out.append(f"# TYPE {name} {kind}")
+            out.append(f"{name}{{{labels}}} {float(value)}")
+        return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+    state: State  # set on the class by serve()
+
+    def log_message(self, fmt, *args):  # uvicorn-like access log
+        log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
+            f"{args[1] if len(args) > 1 else ''}")
+
+    # ---- helpers
+    def _send(self, status: int, body: bytes = b"", ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _error(self, status: int, message: str, err_type: str = "BadRequestError") -> None:
+        self._json(status, {"object": "error", "message": message, "type": err_type, "param": None,
+                            "code": status})
+
+    def _body(self):
+        n = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return None
+
+    def _ready(self) -> bool:
+        if not self.state.healthy():
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE)
+            return False
+        return True
+
+    # ---- routes
+    def do_GET(self):
+        path = urlparse(self.path).path
+        st = self.state
+        if path in ("/health", "/health_generate"):
+            self._send(200 if st.healthy() else 503)
+        elif not self._ready():
+            return
+        elif path == "/v1/models":
+            self._json(200, {"object": "list", "data": [self._card(st.args["served_model_name"])]})
+        elif path.startswith("/v1/models/"):
+            name = unquote(path[len("/v1/models/"):])
+            if name != st.args["served_model_name"]:
+                self._json(404, {"error": {"message": f"The model '{name}' does not exist",
+                                           "type": "invalid_request_error", "param": "model",
+                                           "code": "model_not_found"}})
+            else:
+                self._json(200, self._card(name))
+        elif path in ("/get_server_info", "/server_info"):
+            self._json(200, st.server_info())
+        elif path in ("/get_model_info", "/model_info"):
+            self._json(200, {"model_path": st.args["model_path"], "tokenizer_path": st.args["tokenizer_path"],
+                             "is_generation": True, "preferred_sampling_params": None,
+                             "weight_version": st.args.get("weight_version", "default"),
+                             "has_image_understanding": False, "has_audio_understanding": False,
+                             "model_type": None, "architectures": None, "lab_standin": True})
+        elif path == "/metrics":
+            self._send(200, st.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        path = urlparse(self.path).path
+        if not self._ready():
+            return
+        body = self._body()
+        if not isinstance(body, dict) and not (path == "/generate" and isinstance(body, list)):
+            self._error(400, "request body must be a JSON object")
+            return
+        if path == "/v1/chat/completions":
+            self._chat(body)
+        elif path == "/generate":
+            self._generate(body)
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def _card(self, name: str) -> dict:
+        return {"id": name, "object": "model", "created": int(self.state.started), "owned_by": "sglang",
+                "root": name, "parent": None, "max_model_len": self.state.context_len}
+
+    def _chat(self, body: dict) -> None:
+        st = self.state
+        if st.args.get("skip_tokenizer_init"):
+            self._error(400, "chat completions need a tokenizer (server started with --skip-tokenizer-init)")
+            return
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            self._error(400, "messages must be a non-empty list")
+            return
+        prompt = "\n".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        temperature = float(body.get("temperature") if body.get("temperature") is not None else 1.0)
+        res = complete(prompt, max_tokens, temperature, body.get("seed"),
+                       reasoning=bool(st.args.get("reasoning_parser")))
+        if st.fault == "wrong":
+            res.update(content="", reasoning=None)
+        prompt_tokens = len(tokens_of(prompt)) + 8 * len(messages)
+        rid = st.next_id(prompt)
+        st.account(prompt_tokens, res["completion_tokens"], {})
+        model = body.get("model") or st.args["served_model_name"]
+        if body.get("stream"):
+            self._stream_chat(rid, model, res)
+            return
+        self._json(200, {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": res["content"],
+                            "reasoning_content": res["reasoning"], "tool_calls": None},
+                "logprobs": None,
+                "finish_reason": res["finish_reason"],
+                "matched_stop": EOS_TOKEN_ID if res["finish_reason"] == "stop" else None,
+            }],
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + res["completion_tokens"],
+                      "completion_tokens": res["completion_tokens"], "prompt_tokens_details": None,
+                      "reasoning_tokens": res["reasoning_tokens"]},
+            "metadata": {"weight_version": st.args.get("weight_version", "default")},
+        })
+
+    def _stream_chat(self, rid: str, model: str, res: dict) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        n_think = res["reasoning_tokens"]
+        for i, piece in enumerate(res["pieces"]):
+            key = "reasoning_content" if i < n_think else "content"
+            chunk = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                     "choices": [{"index": 0, "delta": {key: piece}, "logprobs": None, "finish_reason": None}]}
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        last = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": res["finish_reason"]}]}
+        self.wfile.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+        self.close_connection = True
+
+    def _generate(self, body) -> None:
+        if isinstance(body, list):  # batch form
+            outs = [self._generate_one(b) for b in body]
+            if any(isinstance(o, str) for o in outs):
+                self._error(400, next(o for o in outs if isinstance(o, str)))
+            else:
+                self._json(200, outs)
+            return
+        out = self._generate_one(body)
+        if isinstance(out, str):
+            self._error(400, out)
+        else:
+            self._json(200, out)
+
+    def _generate_one(self, body: dict):
+        st = self.state
+        if not isinstance(body, dict):
+            return "each request must be a JSON object"
+        text, ids = body.get("text"), body.get("input_ids")
+        if text is None and ids is None:
+            return "Either text or input_ids should be provided."
+        if text is not None and st.args.get("skip_tokenizer_init"):
+            return "text input needs a tokenizer (server started with --skip-tokenizer-init); send input_ids"
+        sp = body.get("sampling_params") or {}
+        prompt = text if text is not None else " ".join(str(i) for i in ids)
+        temperature = float(sp.get("temperature") if sp.get("temperature") is not None else 1.0)
+        max_new = sp.get("max_new_tokens", 128)
+        res = complete(prompt, max_new, temperature, sp.get("seed", body.get("rid")), reasoning=False)
+        if res["completion_tokens"] < (max_new or 0):
+            # keep generating canned text until max_new_tokens, like a model without EOS would
+            filler = tokens_of(" " + GENERIC_ANSWER) * (1 + int(max_new) // 20)
+            extra = filler[: int(max_new) - res["completion_tokens"]]
+            res["pieces"] += extra
+            res["content"] = (res["content"] or "") + "".join(extra)
+            res["completion_tokens"] = len(res["pieces"])
+            res["finish_reason"] = "length"
+        completion = res["completion_tokens"]
+        prompt_tokens = len(ids) if ids is not None else len(tokens_of(text))
+        rid = st.next_id(prompt)
+        finish = ({"type": "length", "length": completion} if res["finish_reason"] == "length"
+                  else {"type": "stop", "matched": EOS_TOKEN_ID})
+        meta = {"id": rid, "finish_reason": finish, "prompt_tokens": prompt_tokens,
+                "weight_version": st.args.get("weight_version", "default"), "total_retractions": 0,
+                "reasoning_tokens": 0, "completion_tokens": completion, "cached_tokens": 0,
+                "e2e_latency": round(0.002 * completion, 6)}
+        spec = {}
+        if st.spec_enabled() and completion > 0:
+            spec = spec_meta(st.args, completion, f"{prompt}|{completion}")
+            meta.update(spec)
+        st.account(prompt_tokens, completion, spec)
+        return {"text": "" if st.args.get("skip_tokenizer_init") else (res["content"] or ""),
+                "output_ids": token_ids(res["pieces"]), "meta_info": meta}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def fault_log_text(spec: str) -> str:
+    """DFLASH_STANDIN_FAULT_LOG: a file path, or a cause name -> faults/<cause>.log next to this file."""
+    if not spec:
+        return "lab stand-in: injected crash (no DFLASH_STANDIN_FAULT_LOG given)\n"
+    path = spec if os.path.sep in spec or spec.endswith(".log") else os.path.join(HERE, "faults", spec + ".log")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError as exc:
+        return f"lab stand-in: injected crash; fault log {path} unreadable: {exc}\n"
+
+
+def serve(args: dict, state: State) -> int:
+    Handler.state = state
+    ThreadingHTTPServer.allow_reuse_address = True
+    ThreadingHTTPServer.daemon_threads = True
+    try:
+        httpd = ThreadingHTTPServer((args["host"], int(args["port"])), Handler)
+    except OSError as exc:
+        log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{args['host']}', {args['port']}): {exc.strerror.lower() if exc.strerror else exc}")
+        return 1
+
+    def _stop(signum, _frame):
+        log(f"lab stand-in: received signal {signum}, shutting down")
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    log(f"INFO:     Uvicorn running on http://{args['host']}:{args['port']} (Press CTRL+C to quit)")
+    if state.fault == "hang":
+        log("lab stand-in: fault 'hang': listening, /health will never answer 200")
+    elif state.start_delay > 0:
+        log(f"lab stand-in: fault 'slow': /health answers 503 for {state.start_delay:g} s")
+
+        def _ready_later():
+            time.sleep(state.start_delay)
+            log("The server is fired up and ready to roll! (lab stand-in: serving)")
+
+        threading.Thread(target=_ready_later, daemon=True).start()
+    else:
+        log("The server is fired up and ready to roll! (lab stand-in: serving)")
+    httpd.serve_forever(poll_interval=0.2)
+    httpd.server_close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    log(BANNER.format(path=os.path.abspath(__file__)))
+    known, source = load_known_flags()
+    if known is None:
+        log(f"lab stand-in: {FLAGS_FILE_NAME} not found next to the stand-in; permissive parse "
+            "(every --flag is accepted)")
+    else:
+        log(f"lab stand-in: {len(known)} flags of sglang {SGLANG_VERSION} (+DDTree) from {source}")
+    try:
+        args = parse_args(argv, known)
+    except UsageError as exc:
+        sys.stderr.write(f"{_usage()}\n{PROG}: error: {exc}\n")
+        return 2
+    fault = os.environ.get("DFLASH_STANDIN_FAULT", "").strip().lower()
+    if fault not in ("", "crash", "slow", "hang", "wrong"):
+        log(f"lab stand-in: unknown DFLASH_STANDIN_FAULT={fault!r} (expected crash, slow, hang or wrong)")
+        return 2
+    shown = {k: args[k] for k in sorted(args) if args[k] is not None}
+    log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ", lab_standin=True)")
+    if fault == "crash":
+        try:
+            delay = float(os.environ.get("DFLASH_STANDIN_FAULT_DELAY") or 0)
+        except ValueError:
+            delay = 0.0
+        if delay > 0:
+            time.sleep(delay)
+        sys.stderr.write(fault_log_text(os.environ.get("DFLASH_STANDIN_FAULT_LOG", "").strip()))
+        sys.stderr.flush()
+        return 1
+    start_delay = 0.0
+    if fault == "slow":
+        try:
+            start_delay = float(os.environ.get("DFLASH_STANDIN_START_DELAY") or 5)
+        except ValueError:
+            start_delay = 5.0
+    return serve(args, State(args, fault, start_delay, source))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
