@@ -1,0 +1,89 @@
+"""NOT sglang: a CPU stand-in for `python -m sglang.launch_server` to dry-run bench/gpu/ddtree_e2e.py.
+
+It answers /health and /generate (deterministic toy continuation, fake spec meta_info) and writes fake
+step-timing lines, so the driver's orchestration (staggered starts, phases, oracle file, summaries) can be
+checked on any machine in ~30 s without a GPU:
+  python bench/gpu/ddtree_e2e.py prepare --site <dir with an sglang/ package> --work /tmp/w --series \
+      files/patches/sglang/0.5.11 --out /tmp/o
+  PYTHONPATH=bench/gpu/ddtree_dryrun python bench/gpu/ddtree_e2e.py run --work /tmp/w --out /tmp/o
+"""
+
+import json
+import os
+import random
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+a = sys.argv[1:]
+port = int(a[a.index("--port") + 1])
+spec = "--speculative-algorithm" in a
+W = 16
+if "--speculative-ddtree-budget" in a:
+    W = int(a[a.index("--speculative-ddtree-budget") + 1]) + 1
+print("Memory pool end. avail mem=1", flush=True)
+time.sleep(1 + random.random())
+
+
+def toy(seq):
+    return (sum((i + 1) * t for i, t in enumerate(seq[-4:])) * 31 + len(seq)) % 150000
+
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *x):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ids = body["input_ids"]
+        n = body["sampling_params"]["max_new_tokens"]
+        batch = isinstance(ids[0], list)
+        outs = []
+        for p in ids if batch else [ids]:
+            seq = list(p)
+            o = []
+            for _ in range(n):
+                t = toy(seq)
+                seq.append(t)
+                o.append(t)
+            vc = (n + 2) // 3 if spec else None
+            outs.append(
+                {
+                    "output_ids": o,
+                    "meta_info": {"spec_verify_ct": vc, "spec_accept_length": (n / vc) if vc else None},
+                }
+            )
+            tp = os.environ.get("SGLANG_DFLASH_STEP_TIMING")
+            if tp and os.path.exists(tp + ".on"):
+                with open(tp, "a") as fh:
+                    for _ in range(vc):
+                        fh.write(
+                            json.dumps(
+                                {
+                                    "algo": "X",
+                                    "bs": 1,
+                                    "width": W,
+                                    "cuda_graph": True,
+                                    "accepted": 2,
+                                    "prepare_ms": 1.0,
+                                    "target_ms": 2.0 + W / 100,
+                                    "verify_ms": 0.3,
+                                    "draft_append_ms": 0.2,
+                                }
+                            )
+                            + "\n"
+                        )
+        res = outs if batch else outs[0]
+        data = json.dumps(res).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(data)
+
+
+ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()

@@ -1,0 +1,38 @@
+#!/bin/bash
+# DDTree end to end on the GPU machine (one H200), dummy weights, one call (< 9 min).
+#
+# What it proves (results in $OUT/ddtree/summary.md + summary.json, server logs beside them):
+#   1. greedy output ids of DDTREE == no speculation: 3 prompts x 64/256 new tokens, batch 1, and
+#      4 prompts together (batch 4) x 64/256; budgets 7/15/31, with and without CUDA graphs,
+#      and --speculative-ddtree-mode shadow-linear; DFLASH alongside.
+#   2. with the test-only oracle (SGLANG_DDTREE_ORACLE) steering the draft, including non-first
+#      branches: accept length > 1 and still identical ids.
+#   3. verify-step time (target forward) of the tree vs the linear DFlash block at 16 tokens.
+#   4. tok/s DDTREE vs DFLASH with the oracle at matched acceptance, budget 7/15/31 x top-k 1/4/8.
+#
+# Needs, in the repository root on the GPU machine: .gpu/site.tar.xz (the sglang 0.5.11 bundle from
+# /work/shared/gpu/build_bundle.sh; pass `carry: [".gpu"]`), python3.12 with torch (the image's
+# /opt/torch/.venv). The patch series of files/patches/sglang/0.5.11 is applied to a copy of the
+# bundle's sglang with module_utils/dflash_patch.py and put first on PYTHONPATH.
+# Lead's command:  run(command="bash bench/gpu/ddtree_e2e.sh", carry=[".gpu"], timeout_s=600)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/ddtree-out}
+PY=${PY:-/opt/torch/.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3)
+WORK=${WORK:-/root/ddtree-e2e}
+SITE=${SITE:-/root/site}
+mkdir -p "$OUT/ddtree" "$WORK"
+exec > >(tee "$OUT/ddtree/run.log") 2>&1
+echo "[e2e] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
+
+if [ ! -d "$SITE/sglang" ]; then
+  [ -f .gpu/site.tar.xz ] || { echo "[e2e] missing .gpu/site.tar.xz (carry it)"; exit 2; }
+  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz
+fi
+"$PY" bench/gpu/ddtree_e2e.py prepare --site "$SITE" --work "$WORK" \
+  --series files/patches/sglang/0.5.11 --out "$OUT/ddtree"
+export PYTHONPATH="$WORK/tree:$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+"$PY" -m py_compile "$WORK"/tree/sglang/srt/speculative/ddtree_*.py "$WORK"/tree/sglang/srt/speculative/dflash_worker.py
+"$PY" bench/gpu/ddtree_e2e.py run --work "$WORK" --out "$OUT/ddtree" --deadline-s "${DEADLINE_S:-520}"
