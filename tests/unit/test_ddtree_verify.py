@@ -1,0 +1,341 @@
+"""One DDTREE verify step through the real patched sglang code, on CPU.
+
+The files under test come from the patch series applied to the pinned sglang 0.5.11 wheel
+(files/patches/sglang/0.5.11/series, module_utils/dflash_patch.py): the unmodified
+`dflash_info.py` (DFlashVerifyInput.prepare_for_verify: KV slot allocation and the req->token
+table), `spec_info.py`, and the DDTree files `ddtree_utils.py` and `ddtree_worker.py`
+(DDTreeVerifyInput.verify). What needs a GPU build of sglang (triton kernels, the scheduler,
+the allocator) is replaced by small stand-ins with the same semantics, written here: a
+sequential KV allocator that records frees, `assign_req_to_token_pool_func` as the plain
+loop it is, and a toy greedy "target" that sees exactly what the tree attention mask lets
+each verify slot see. Checked: committed tokens equal the target's own greedy continuation,
+the req->token table holds the accepted path's KV slots in order, every other verify slot is
+freed, sequence lengths advance by the commit, and the captured hidden states handed to the
+draft are the accepted path's, in order; also when a request finishes in the middle of a path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "module_utils"))
+SPEC = "sglang/srt/speculative"
+
+
+@pytest.fixture(scope="module")
+def tree_files(tmp_path_factory):
+    """relpath -> text of the series applied to the real wheel (downloaded once, cached)."""
+    dp = pytest.importorskip("dflash_patch")
+    sglang_wheel = pytest.importorskip("sglang_wheel")
+    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    try:
+        patches = dp.read_series_dir(str(sglang_wheel.PATCH_DIR))
+        names = [p["name"] for p in patches]
+        assert "0101-ddtree-utils.patch" in names and "0102-ddtree-worker.patch" in names, names
+        contents, _, _ = dp.apply_series(wheel.read, patches)
+        want = [
+            f"{SPEC}/dflash_info.py",
+            f"{SPEC}/spec_info.py",
+            f"{SPEC}/ddtree_utils.py",
+            f"{SPEC}/ddtree_worker.py",
+        ]
+        out = {}
+        for rel in want:
+            data = contents.get(rel)
+            out[rel] = (data if data is not None else wheel.read(rel)).decode("utf-8")
+    finally:
+        wheel.close()
+    return out
+
+
+class Allocator:
+    def __init__(self, start=1000):
+        self.next = start
+        self.freed = []
+
+    def alloc(self, n):
+        out = torch.arange(self.next, self.next + n, dtype=torch.int64)
+        self.next += n
+        return out
+
+    def free(self, locs):
+        self.freed += locs.tolist()
+
+
+def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start, end, out_cache_loc, bs):
+    off = 0
+    for i in range(bs):
+        s, e = int(start[i]), int(end[i])
+        req_to_token[int(req_pool_indices[i]), s:e] = out_cache_loc[off : off + e - s].to(req_to_token.dtype)
+        off += e - s
+
+
+def _module(name, **attrs):
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    return mod
+
+
+def _load(name, text, path):
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=path)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__file__ = path
+    sys.modules[name] = mod
+    exec(compile(text, path, "exec"), mod.__dict__)  # noqa: S102 - the patched sglang file itself
+    return mod
+
+
+@pytest.fixture(scope="module")
+def sg(tree_files):
+    """Import the real patched modules with stand-ins for their GPU-only imports."""
+    saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
+    for k in saved:
+        del sys.modules[k]
+
+    class ForwardMode:
+        TARGET_VERIFY = "target_verify"
+
+    class CaptureHiddenMode:
+        NULL, FULL = 0, 2
+
+    def alloc_token_slots(tree_cache, n, backup_state=False):
+        return tree_cache.token_to_kv_pool_allocator.alloc(n)
+
+    stand_ins = {
+        "sglang": _module("sglang"),
+        "sglang.srt": _module("sglang.srt"),
+        "sglang.srt.speculative": _module("sglang.srt.speculative"),
+        "sglang.srt.layers.attention.utils": _module(
+            "sglang.srt.layers.attention.utils", create_flashinfer_kv_indices_triton=None
+        ),
+        "sglang.srt.layers.logits_processor": _module(
+            "sglang.srt.layers.logits_processor", LogitsProcessorOutput=object
+        ),
+        "sglang.srt.layers.sampler": _module("sglang.srt.layers.sampler", apply_custom_logit_processor=None),
+        "sglang.srt.managers.schedule_batch": _module(
+            "sglang.srt.managers.schedule_batch", ScheduleBatch=object
+        ),
+        "sglang.srt.mem_cache.common": _module(
+            "sglang.srt.mem_cache.common",
+            alloc_paged_token_slots_extend=None,
+            alloc_token_slots=alloc_token_slots,
+            get_last_loc=None,
+        ),
+        "sglang.srt.model_executor.forward_batch_info": _module(
+            "sglang.srt.model_executor.forward_batch_info",
+            CaptureHiddenMode=CaptureHiddenMode,
+            ForwardMode=ForwardMode,
+        ),
+        "sglang.srt.speculative.dflash_utils": _module(
+            "sglang.srt.speculative.dflash_utils",
+            compute_dflash_accept_len_and_bonus=None,
+            compute_dflash_sampling_accept_len_and_bonus=None,
+            is_dflash_sampling_verify_available=lambda: False,
+            parse_dflash_draft_config=None,
+            resolve_dflash_verify_mask_policy=None,
+        ),
+        "sglang.srt.speculative.spec_utils": _module(
+            "sglang.srt.speculative.spec_utils", assign_req_to_token_pool_func=assign_req_to_token_pool_func
+        ),
+        "sglang.srt.speculative.dflash_worker": _module(
+            "sglang.srt.speculative.dflash_worker", DFlashWorker=object
+        ),
+        "sglang.srt.distributed": _module("sglang.srt.distributed", get_tp_group=None),
+    }
+    sys.modules.update(stand_ins)
+    mods = {}
+    try:
+        for name in ("spec_info", "ddtree_utils", "dflash_info", "ddtree_worker"):
+            rel = f"{SPEC}/{name}.py"
+            mods[name] = _load(f"sglang.srt.speculative.{name}", tree_files[rel], rel)
+        yield types.SimpleNamespace(**mods)
+    finally:
+        for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+VOCAB = 97
+
+
+def toy_target(seq):
+    return (sum((i + 1) * t for i, t in enumerate(seq[-5:])) * 13 + 3 * len(seq)) % VOCAB
+
+
+class Req:
+    def __init__(self, prompt, max_new):
+        self.origin_input_ids = list(prompt)
+        self.output_ids = []
+        self.max_new = max_new
+        self.grammar = None
+        self.spec_verify_ct = 0
+        self.spec_accepted_drafts = 0
+        self.kv_committed_len = 0
+        self.kv_allocated_len = 0
+
+    def check_finished(self):
+        pass
+
+    def finished(self):
+        return len(self.output_ids) >= self.max_new
+
+
+class Mode:
+    def is_idle(self):
+        return False
+
+
+class Batch:
+    def __init__(self, reqs, prefix_tokens, allocator):
+        self.reqs = reqs
+        self.forward_mode = Mode()
+        self.device = "cpu"
+        self.sampling_info = None
+        self.req_pool_indices = torch.tensor([3, 1][: len(reqs)], dtype=torch.int64)
+        self.req_to_token = torch.full((4, 300), -1, dtype=torch.int64)
+        self.req_to_token_pool = types.SimpleNamespace(req_to_token=self.req_to_token)
+        self.token_to_kv_pool_allocator = allocator
+        self.tree_cache = types.SimpleNamespace(token_to_kv_pool_allocator=allocator)
+        lens = [len(p) for p in prefix_tokens]
+        self.seq_lens = torch.tensor(lens, dtype=torch.int32)
+        self.seq_lens_cpu = torch.tensor(lens, dtype=torch.int32)
+        self.seq_lens_sum = sum(lens)
+        # KV slots of the committed prefix (any distinct numbers)
+        for i, n in enumerate(lens):
+            self.req_to_token[int(self.req_pool_indices[i]), :n] = torch.arange(n) + 100 * (i + 1)
+
+    def batch_size(self):
+        return len(self.reqs)
+
+
+def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6):
+    """Draft (oracle-steered) -> tree -> prepare_for_verify -> toy target -> verify."""
+    du = sg.ddtree_utils
+    reqs = [Req(p, m) for p, m in zip(prompts, max_new, strict=True)]
+    refs = []
+    for req, prior in zip(reqs, prior_outputs, strict=True):
+        req.output_ids = list(prior)
+        seq = req.origin_input_ids + req.output_ids
+        ref = []
+        for _ in range(40):
+            ref.append(toy_target(seq + ref))
+        refs.append(req.output_ids + ref)
+    # the committed prefix = prompt + outputs except the last (verified) token, whose KV is not in yet
+    prefix_tokens = [r.origin_input_ids + r.output_ids[:-1] for r in reqs]
+    alloc = Allocator()
+    batch = Batch(reqs, prefix_tokens, alloc)
+
+    g = torch.Generator().manual_seed(5)
+    bs = len(reqs)
+    lp, tk = du.topk_logprobs(torch.randn(bs * depth, VOCAB, generator=g), topk)
+    lp, tk = lp.view(bs, depth, topk), tk.view(bs, depth, topk)
+    oracle_ref = {tuple(r.origin_input_ids): ref for r, ref in zip(reqs, refs, strict=True)}
+    true = []
+    for r in reqs:
+        full = oracle_ref[tuple(r.origin_input_ids)]
+        n = len(r.output_ids)
+        true.append([full[n + d] for d in range(depth)])
+    lp, tk = du.apply_oracle_topk(lp, tk, true, ranks, du.DEFAULT_ORACLE_PROFILE, VOCAB)
+    roots = [r.output_ids[-1] for r in reqs]
+    tree = du.build_tree_batch(roots, lp, tk, budget, topk)
+    width = tree.width
+
+    vi = sg.ddtree_worker.DDTreeVerifyInput(
+        draft_token=tree.tokens.reshape(-1),
+        positions=du.tree_positions(tree.depths, batch.seq_lens),
+        draft_token_num=width,
+        tree=tree,
+    )
+    vi.prepare_for_verify(batch, 1, build_custom_mask=False)
+    vi.custom_mask = du.build_tree_attention_mask(tree.parents, batch.seq_lens, batch.seq_lens_cpu.tolist())
+    assert batch.out_cache_loc.numel() == bs * width
+    verify_locs = batch.out_cache_loc.clone()
+
+    # the toy target forward: each slot sees the prefix and the slots the mask allows
+    logits = torch.full((bs * width, VOCAB), -1.0)
+    hidden = torch.zeros((bs * width, 3))
+    off = 0
+    for b in range(bs):
+        p = len(prefix_tokens[b])
+        block = vi.custom_mask[off : off + width * (p + width)].view(width, p + width)
+        off += width * (p + width)
+        for q in range(width):
+            vis = [k for k in range(width) if block[q, p + k]]
+            ctx = prefix_tokens[b] + [
+                int(tree.tokens[b, k]) for k in sorted(vis, key=lambda k: int(tree.depths[b, k]))
+            ]
+            logits[b * width + q, toy_target(ctx)] = 5.0
+            hidden[b * width + q] = torch.tensor([b, q, int(tree.tokens[b, q])], dtype=torch.float)
+    out = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
+    seq_before = batch.seq_lens.clone()
+    res = vi.verify(batch=batch, logits_output=out, page_size=1)
+    return types.SimpleNamespace(
+        reqs=reqs, refs=refs, tree=tree, batch=batch, alloc=alloc, res=res, width=width,
+        verify_locs=verify_locs, seq_before=seq_before, prior=prior_outputs, out=out,
+    )  # fmt: skip
+
+
+def check_step(s, expect_accepts):
+    new_verified, commit_lens, next_hidden, accepted = s.res
+    width = s.width
+    assert accepted == expect_accepts
+    kept_slots = []
+    for b, req in enumerate(s.reqs):
+        n_prior = len(s.prior[b])
+        commit = int(commit_lens[b])
+        assert req.output_ids == s.refs[b][: n_prior + commit]  # the target's own greedy tokens
+        assert int(new_verified[b]) == req.output_ids[-1]
+        assert req.spec_verify_ct == 1 and req.spec_accepted_drafts == max(0, commit - 1)
+        # the req->token table: the accepted path's slots (root first), in sequence order
+        p = int(s.seq_before[b])
+        row = s.batch.req_to_token[int(s.batch.req_pool_indices[b])]
+        locs = row[p : p + commit].tolist()
+        slots = [loc - int(s.verify_locs[b * width]) for loc in locs]
+        assert slots[0] == 0
+        assert [s.tree.depths[b, k].item() for k in slots] == list(range(commit))  # one slot per depth
+        for a, c in itertools.pairwise(slots):
+            assert int(s.tree.parents[b, c]) == a  # each kept slot is the previous one's child
+        # the hidden states handed to the draft: those slots, in order
+        rows = next_hidden[sum(int(x) for x in commit_lens[:b]) :][:commit]
+        assert rows[:, 0].tolist() == [float(b)] * commit and rows[:, 1].tolist() == [float(k) for k in slots]
+        assert int(s.batch.seq_lens[b]) == p + commit
+        kept_slots += locs
+    assert s.out.hidden_states is None  # released like DFlash does
+    assert sorted(kept_slots + s.alloc.freed) == s.verify_locs.tolist()  # everything else freed
+    assert s.batch.out_cache_loc.tolist() == kept_slots
+    assert s.batch.seq_lens_sum == int(s.seq_before.sum()) + int(commit_lens.sum())
+
+
+def test_verify_accepts_through_non_first_branches_batch_of_two(sg):
+    # request 0: true tokens at ranks 0,1,0,0 (a non-first child at depth 2);
+    # request 1: a different prompt and history
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    check_step(s, [s.res[3][0], s.res[3][1]])
+    assert min(s.res[3]) >= 2  # several drafts accepted per request, through rank-1 nodes
+    paths_have_rank1 = [
+        any(s.tree.nodes[b].ranks[k - 1] == 1 for k in range(1, s.tree.num_nodes[b] + 1)) for b in range(2)
+    ]
+    assert all(paths_have_rank1)
+
+
+def test_verify_nothing_accepted(sg):
+    s = run_step(sg, [[1, 2, 3]], [[4]], [40], ranks=[5, 5])  # true token never in the top-3
+    check_step(s, [0])
+    assert int(s.res[1][0]) == 1  # only the bonus token
+
+
+def test_verify_request_finishing_mid_path(sg):
+    # 2 more tokens allowed: the commit stops there although more of the path was accepted
+    s = run_step(sg, [[5, 6, 7], [2, 3]], [[11], [1]], [3, 40], ranks=[0, 0, 0, 0])
+    assert int(s.res[1][0]) == 2 and int(s.res[1][1]) == 5
+    check_step(s, [1, 4])
