@@ -25,7 +25,7 @@ options:
   max_bytes:
     description: Read at most this many bytes of I(log_file) (head and tail beyond it).
     type: int
-    default: 33554432
+    default: 16777216
   fail_on_cause:
     description: Fail the task when a cause other than C(unknown) is found.
     type: bool
@@ -86,7 +86,7 @@ def main():
         argument_spec={
             "log_file": {"type": "path"},
             "log_text": {"type": "str"},
-            "max_bytes": {"type": "int", "default": 32 * 1024 * 1024},
+            "max_bytes": {"type": "int", "default": 16 * 1024 * 1024},
             "fail_on_cause": {"type": "bool", "default": False},
         },
         mutually_exclusive=[("log_file", "log_text")],

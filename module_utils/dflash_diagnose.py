@@ -21,6 +21,8 @@ How a verdict is reached:
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -45,14 +47,17 @@ INCIDENT_LINES = 40
 # Evidence lines returned at most, and the longest line kept verbatim in evidence.
 MAX_EVIDENCE = 6
 MAX_EVIDENCE_CHARS = 600
+# Lines before / after the deciding line that remedy details are read from.
+CONTEXT_BEFORE = 400
+CONTEXT_AFTER = 100
 # Files larger than this are read as head + tail (the first fatal error is usually near the
 # start of a failed run, the latest run is at the end).
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 HEAD_FRACTION = 0.25
 
 # --------------------------------------------------------------------------- normalisation
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][A-Za-z0-9]")
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][A-Za-z0-9]|\u2190\[[0-9;]*m")
 
 # Prefixes peeled off (repeatedly) before matching.
 _PREFIX_RES = [
@@ -145,6 +150,12 @@ RULES: list[Rule] = [
          "upgrade the NVIDIA driver to one that supports the CUDA toolkit used for JIT "
          "({nvcc_ref}; CUDA 12.8 needs driver >= 570, 12.9 >= 575, 13.0 >= 580), or use a toolkit / "
          "triton build no newer than {driver_cuda_ref}"),
+    Rule("driver_lib_mismatch", "driver_too_old", 94,
+         _rx(r"system has unsupported display driver / cuda driver combination|cudaErrorSystemDriverMismatch"
+             r"|Error 803|Driver/library version mismatch"),
+         "the loaded NVIDIA kernel driver and the user-space driver library do not match{driver_found_s}",
+         "reboot (or reload the nvidia kernel modules) after a driver upgrade so kernel module and libcuda "
+         "match; inside containers mount the host's driver libraries instead of shipping libcuda"),
     Rule("driver_forward_compat", "driver_too_old", 95,
          _rx(r"forward compatibility was attempted on non supported HW|cudaErrorCompatNotSupportedOnDevice"
              r"|Error 804"),
@@ -205,6 +216,11 @@ RULES: list[Rule] = [
          "install torch and the kernel wheels (sglang-kernel, flashinfer, ...) built for {sm_arch} "
          "(e.g. a CUDA 12.8+ torch for Blackwell sm_100/sm_120), or rebuild the extension with "
          "TORCH_CUDA_ARCH_LIST=\"{arch_env}\"{torch_arch_s}"),
+    Rule("invalid_device_function", "no_kernel_image", 80,
+         _rx(r"CUDA error: invalid device function|cudaErrorInvalidDeviceFunction"),
+         "a CUDA kernel in the venv was not built for this GPU{sm_s} (invalid device function)",
+         "install torch / kernel wheels built for {sm_arch}, or rebuild the extension with "
+         "TORCH_CUDA_ARCH_LIST=\"{arch_env}\""),
     Rule("torch_sm_incompatible", "no_kernel_image", 89,
          _rx(r"with CUDA capability (?P<cap>sm_\d+a?) is not compatible with the current PyTorch installation"),
          "the installed torch has no kernels for this GPU{sm_s}",
@@ -253,6 +269,11 @@ RULES: list[Rule] = [
          "the compiled kernel package does not provide the op {op_name} (version mismatch with sglang)",
          "install the sglang-kernel version this sglang pins (sglang 0.5.11 -> sglang-kernel 0.4.2), "
          "built for {torch}"),
+    Rule("operator_missing", "kernel_abi", 79,
+         _rx(r"operator (?P<op_full2>\w+::\w+) does not exist"),
+         "the compiled operator {op_full2} is missing: a torch extension does not match {torch}",
+         "reinstall the package that registers {op_full2} (e.g. torchvision / torchaudio) in the build "
+         "that matches {torch} (same version and CUDA variant)"),
     Rule("cuda_major_mismatch", "kernel_abi", 80,
          _rx(r"compiled with different CUDA (?:major )?versions"
              r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch"),
@@ -281,6 +302,8 @@ RULES: list[Rule] = [
     Rule("vllm_no_cache_memory", "cuda_oom", 72,
          _rx(r"No available memory for the cache blocks"
              r"|larger than the maximum number of tokens that can be stored in KV cache"
+             r"|larger than the available KV cache memory|KV cache is needed, which is larger"
+             r"|on startup is less than desired GPU memory utilization"
              r"|insufficient KV cache|not enough KV cache space"),
          "too little GPU memory is left for the KV cache",
          "raise `--gpu-memory-utilization` (vLLM) / `--mem-fraction-static` (SGLang), lower "
@@ -337,6 +360,11 @@ RULES: list[Rule] = [
          "a model file is missing: {model_file}",
          "fix `--model-path` ({model}) or finish the download: {model_file} must exist and be readable "
          "by the service user"),
+    Rule("hf_bad_path", "model_missing", 57,
+         _rx(r"Incorrect path_or_model_id: '(?P<model3>[^']+)'|Unrecognized model in (?P<model4>\S+?)\.? Should have"),
+         "{model} is not a usable model directory",
+         "fix `--model-path` ({model}): point it at the directory that holds config.json (with model_type), "
+         "the tokenizer and the weights"),
     Rule("no_safetensors", "model_missing", 55,
          _rx(r"Cannot find any model weights with|No model weights found|Error no file named "
              r"(?:pytorch_model\.bin|model\.safetensors)"),
@@ -352,11 +380,16 @@ RULES: list[Rule] = [
          "NCCL failed to initialise the communicator ({nccl_kind_s}{nccl_version_s})",
          "{nccl_remedy}"),
     Rule("nccl_generic", "nccl_init", 45,
-         _rx(r"DistBackendError|ProcessGroupNCCL[^\n]*(?:error|failed)|NCCL WARN|Failed to initialize NCCL"
+         _rx(r"DistBackendError|ProcessGroupNCCL[^\n]*(?:error|failed)|Failed to initialize NCCL"
              r"|NCCL communicator was aborted|Watchdog caught collective operation timeout"
              r"|init_process_group[^\n]*(?:timed out|failed)"),
          "the distributed (NCCL) setup between the GPUs failed{nccl_version_s}",
          "{nccl_remedy}"),
+
+    Rule("nccl_warn", "nccl_init", 40,
+         _rx(r"NCCL WARN"),
+         "NCCL printed warnings{nccl_version_s}",
+         "{nccl_remedy}", weak=True),
 
     # ---------------------------------------------------------------- missing_module
     Rule("module_not_found", "missing_module", 78,
@@ -383,21 +416,27 @@ RULES: list[Rule] = [
          "({torch}; do not run from a source checkout without building it)"),
 ]
 
-_RULE_PREFILTER = re.compile(
-    r"driver|PTX|804|forward compat|requires CUDA|flashinfer|supported|architecture|nvcc|gpu-name"
-    r"|kernel image|NO_BINARY|binary for gpu|capability|xgrammar|common_ops|undefined symbol|shared object"
-    r"|_OpNamespace|operator|CUDA (?:major )?version|GLIBC|CXXABI|memory|OOM|ALLOC_FAILED|cudaErrorMemory"
-    r"|KV cache|kv_cache|max_total_num_tokens|bind|Address already|EADDRINUSE|port|Repo id|Can't load"
-    r"|does not appear|RepositoryNotFound|GatedRepo|Repository Not Found|model identifier|local folder"
-    r"|huggingface|LocalEntryNotFound|outgoing traffic|cache|No such file|model weights|no file named"
-    r"|NCCL|nccl|DistBackend|init_process_group|Watchdog|No module named|sndfile|cannot import name|Ninja",
-    re.IGNORECASE,
+# Cheap pre-check before the rule table: a line without any of these (lower-case) words matches no
+# rule (plain substring tests are much faster than one big case-insensitive regex).
+_RULE_KEYWORDS = (
+    "driver", "ptx", "804", "803", "forward compat", "requires cuda", "flashinfer", "supported", "architectur",
+    "nvcc", "gpu-name", "kernel image", "no_binary", "binary for gpu", "capability", "xgrammar", "common_ops",
+    "undefined symbol", "shared object", "_opnamespace", "operator", "cuda version", "cuda major", "glibc",
+    "cxxabi", "memory", "alloc_failed", "kv cache", "kv_cache", "max_total_num_tokens", "bind", "address",
+    "eaddrinuse", "port", "repo id", "can't load", "does not appear", "repositorynotfound", "gatedrepo",
+    "repository not found", "model identifier", "local folder", "huggingface", "localentrynotfound",
+    "outgoing traffic", "cache", "no such file", "model weights", "no file named", "nccl", "distbackend",
+    "init_process_group", "watchdog", "no module named", "sndfile", "cannot import name", "ninja",
+    "display driver", "mismatch", "device function", "path_or_model_id", "unrecognized model", "has no attribute",
 )
 
+
+_HEALTHY_KEYWORDS = ("fired up", "uvicorn running", "startup complete", "started server process",
+                     "lab stand-in: serving")
 # Lines that show the server came up (a weak-only hint before/after them is just a warning).
 HEALTHY_RE = re.compile(
     r"The server is fired up and ready to roll|Uvicorn running on|Application startup complete"
-    r"|Started server process|Avg prompt throughput|Decode batch\. #running-req|Prefill batch\. #new-seq"
+    r"|Started server process"
     r"|lab stand-in: serving",
     re.IGNORECASE,
 )
@@ -458,6 +497,9 @@ _FACT_RES: list[tuple[str, re.Pattern]] = [
     ("tp_size", _rx(r"\btp_size=(?P<v>\d+)")),
     ("gpu_memory_utilization", _rx(r"gpu_memory_utilization=(?P<v>[\d.]+)")),
 ]
+_FACT_KEYWORDS = ("sm", "capability", "nvidia", "torch", "nvcc", "cuda", "driver", "found version", "xgrammar",
+                  "nccl version", "model", "port", "mem_fraction", "mem-fraction", "cuda_graph", "cuda-graph",
+                  "tp_size", "gpu_memory")
 _FACT_PREFILTER = re.compile(
     r"sm|capability|NVIDIA|torch|PyTorch|nvcc|Cuda|CUDA|Driver|driver|found version|xgrammar|NCCL version"
     r"|model|port|mem_fraction|mem-fraction|cuda_graph|cuda-graph|tp_size|gpu_memory",
@@ -503,11 +545,21 @@ def _collect_facts(lines: list[str]) -> dict:
 # --------------------------------------------------------------------------- reading
 
 
-@dataclass
 class _Line:
-    index: int
-    raw: str  # ANSI-free, CR-free, as shown in evidence
-    text: str  # prefixes peeled, for matching
+    """One log line: ``raw`` (ANSI/CR removed, shown in evidence); ``text`` (prefixes peeled, lazily)."""
+
+    __slots__ = ("_text", "index", "raw")
+
+    def __init__(self, index: int, raw: str):
+        self.index = index
+        self.raw = raw
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = strip_prefixes(self.raw.lstrip()).strip()
+        return self._text
 
 
 @dataclass
@@ -542,36 +594,74 @@ def read_log(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, dict]:
 
 def _split_lines(text: str) -> list[_Line]:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    out = []
-    for i, raw in enumerate(text.split("\n")):
-        raw = strip_ansi(raw).rstrip()
-        out.append(_Line(i, raw, strip_prefixes(raw.lstrip()).strip()))
-    return out
+    if "\x1b" in text or "\u2190[" in text:
+        text = ANSI_RE.sub("", text)
+    return [_Line(i, raw.rstrip()) for i, raw in enumerate(text.split("\n"))]
+
+
+def _lines_with(lines: list[_Line], low_text: str, starts: list[int], words) -> set[int]:
+    """Indexes of the lines that contain any of ``words`` (lower-case), found with str.find."""
+    found: set[int] = set()
+    end = len(low_text)
+    for word in words:
+        pos = low_text.find(word)
+        while pos >= 0:
+            li = bisect.bisect_right(starts, pos) - 1
+            found.add(li)
+            nxt = starts[li + 1] if li + 1 < len(starts) else end
+            pos = low_text.find(word, nxt)
+    return found
+
+
+class _Scan:
+    """The candidate lines of a log, found once over the whole (lower-cased) text."""
+
+    def __init__(self, lines: list[_Line]):
+        joined = "\n".join(ln.raw for ln in lines)
+        starts, pos = [], 0
+        for ln in lines:
+            starts.append(pos)
+            pos += len(ln.raw) + 1
+        low = joined.lower()
+        self.rule_lines = _lines_with(lines, low, starts, _RULE_KEYWORDS)
+        self.fact_lines = _lines_with(lines, low, starts, _FACT_KEYWORDS)
+        cands = sorted(_lines_with(lines, low, starts, _HEALTHY_KEYWORDS))
+        first = next((i for i in cands if HEALTHY_RE.search(lines[i].raw)), None)
+        last = next((i for i in reversed(cands) if HEALTHY_RE.search(lines[i].raw)), None)
+        # the first and the last line that shows the server up (all that the verdict needs)
+        self.healthy_lines = sorted({i for i in (first, last) if i is not None})
+        self.start_lines = sorted(i for i in _lines_with(lines, low, starts, ("started",))
+                                  if START_RE.search(lines[i].raw))
 
 
 # --------------------------------------------------------------------------- matching
 
 
+# A line logged as a warning only hints, whatever it says (its rule is treated as weak).
+WARNING_LINE_RE = re.compile(r"\bWARN(?:ING)?\b|UserWarning|warnings\.warn|\bW\d{4} ")
+
+
 def _match_line(line: _Line) -> list[_Match]:
-    if not _RULE_PREFILTER.search(line.text):
-        return []
     found = []
+    warning = WARNING_LINE_RE.search(line.raw) is not None
     for rule in RULES:
         m = rule.pattern.search(line.text)
         if not m:
             continue
         if rule.unless is not None and rule.unless.search(line.text):
             continue
+        if warning and not rule.weak:
+            rule = dataclasses.replace(rule, weak=True)
         found.append(_Match(rule, line, {k: v for k, v in m.groupdict().items() if v}))
     return found
 
 
-def _segments(lines: list[_Line]) -> list[tuple[int, int]]:
+def _segments(lines: list[_Line], scan: _Scan) -> list[tuple[int, int]]:
     """(start, end) line ranges, one per start of the systemd unit (whole log if none)."""
-    starts = [ln.index for ln in lines if START_RE.search(ln.raw)]
+    starts = list(scan.start_lines)
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
-    bounds = starts + [len(lines)]
+    bounds = [*starts, len(lines)]
     return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i] < bounds[i + 1]]
 
 
@@ -769,7 +859,8 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     f["nvcc_ref"] = f"nvcc {nv}" if nv else "the nvcc on the unit's PATH / CUDA_HOME"
     arch = re.search(r"supports CUDA capabilities ((?:sm_\d+a? ?)+)", seg_text)
     f["torch_arch_s"] = f" (this torch only has {arch.group(1).strip()})" if arch else ""
-    f["model"] = g.get("model") or g.get("model2") or facts.get("model", "(the configured model_path)")
+    f["model"] = (g.get("model") or g.get("model2") or g.get("model3") or g.get("model4")
+                  or facts.get("model", "(the configured model_path)"))
     f["missing_file"] = (g.get("missing_file") or "config.json / weights").rstrip(".")
     if g.get("model_file") and "model" not in g:
         f["model"] = facts.get("model", os.path.dirname(g["model_file"]))
@@ -803,6 +894,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     sym = g.get("symbol") or g.get("symbol2") or "?"
     f["symbol_short"] = sym if len(sym) <= 80 else sym[:77] + "..."
     f["op_name"] = g.get("op") or g.get("op_full") or "?"
+    f["op_full2"] = g.get("op_full2", "?")
     f["ext_module"] = g.get("ext_module", "?")
     f["arch_name"] = g.get("nvcc_arch") or g.get("ptxas_arch") or f["sm_arch"]
     f["cuda_req"] = g.get("cuda_req", "12.9")
@@ -847,8 +939,14 @@ def _clip(s: str) -> str:
     return s if len(s) <= MAX_EVIDENCE_CHARS else s[: MAX_EVIDENCE_CHARS - 3] + "..."
 
 
+_GENERIC_HINTS = ("Error", "Exception", "Interrupt", "SystemExit", "Segmentation", "core dumped", "Fatal",
+                  "terminate called", "Aborted", "ERROR", "FATAL", "CRITICAL", "exited, code=", "Failed with")
+
+
 def _first_generic_failure(lines: list[_Line]) -> _Line | None:
     for ln in lines:
+        if not any(h in ln.raw for h in _GENERIC_HINTS):
+            continue
         if ln.text and GENERIC_FATAL_RE.search(ln.text) and not NOISE_RE.search(ln.text):
             return ln
     return None
@@ -857,8 +955,10 @@ def _first_generic_failure(lines: list[_Line]) -> _Line | None:
 def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None) -> dict:
     """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}."""
     lines = _split_lines(text or "")
-    segs = _segments(lines)
-    facts = _collect_facts([ln.text for ln in lines])
+    scan = _Scan(lines)
+    segs = _segments(lines, scan)
+    facts = _collect_facts([lines[i].text for i in sorted(scan.fact_lines)])
+    rule_lines = sorted(scan.rule_lines)
 
     chosen = None
     seg_matches: list[_Match] = []
@@ -867,7 +967,8 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     # latest start of the unit that failed; if none failed, the whole log
     for i in range(len(segs) - 1, -1, -1):
         a, b = segs[i]
-        ms = [m for ln in lines[a:b] for m in _match_line(ln)]
+        lo, hi = bisect.bisect_left(rule_lines, a), bisect.bisect_left(rule_lines, b)
+        ms = [m for li in rule_lines[lo:hi] for m in _match_line(lines[li])]
         pick = _pick(ms)
         if pick:
             chosen, seg_matches, seg_no, seg = pick, ms, i + 1, (a, b)
@@ -889,16 +990,14 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     if read_info:
         result.update(read_info)
 
-    seg_lines = lines[seg[0]: seg[1]]
-    seg_text = "\n".join(ln.text for ln in seg_lines)
     if chosen is None and weak_only:
         hint = weak_only[0]
-        healthy_after = any(HEALTHY_RE.search(ln.text) for ln in lines[hint.line.index:])
+        healthy_after = any(i >= hint.line.index for i in scan.healthy_lines)
         generic = _first_generic_failure(lines[hint.line.index:])
         if not healthy_after or generic:
             chosen = hint  # a warning that explains a crash nobody named
     if chosen is None:
-        healthy = [ln for ln in lines if HEALTHY_RE.search(ln.text)]
+        healthy = [lines[i] for i in scan.healthy_lines]
         generic = _first_generic_failure(lines)
         notes = "; ".join(sorted({m.rule.summary.split("{")[0].strip() for m in weak_only}))
         if generic is not None:
@@ -916,6 +1015,10 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
             result["evidence"] = [_clip(healthy[-1].raw)] if healthy else []
         return result
 
+    # the text around the decision (remedy details such as OOM numbers or NCCL hints come from here)
+    lo = max(seg[0], chosen.line.index - CONTEXT_BEFORE)
+    hi = min(seg[1], chosen.line.index + CONTEXT_AFTER)
+    seg_text = "\n".join(ln.raw for ln in lines[lo:hi])
     fill = _fill(chosen, facts, lines, seg_text)
     rule = chosen.rule
     summary = rule.summary.format_map(fill)
