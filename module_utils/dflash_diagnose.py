@@ -240,6 +240,13 @@ RULES: list[Rule] = [
          "add `--grammar-backend none` to the instance flags (no grammar-constrained output), or pin "
          "xgrammar>=0.1.32 (what sglang 0.5.11 requires) in the layer and redeploy"),
 
+    Rule("xgrammar_binding_mismatch", "xgrammar_structural_tag", 87,
+         _rx(r"(?:Mismatched type|incompatible function arguments|TypeError)[^\n]*xgrammar[\w.]*"
+             r"|xgrammar[\w.]*[^\n]*(?:Mismatched type|incompatible function arguments)"),
+         "the installed xgrammar{xgrammar_version_s} does not match the API this sglang calls",
+         "add `--grammar-backend none` to the instance flags, or pin the xgrammar version this sglang "
+         "pins (sglang 0.5.11: xgrammar==0.1.32) in the layer and redeploy"),
+
     # ---------------------------------------------------------------- kernel_abi
     Rule("sgl_kernel_common_ops", "kernel_abi", 86,
          _rx(r"\[sgl_kernel\] CRITICAL: Could not load any common_ops library"),
