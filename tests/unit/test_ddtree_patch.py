@@ -1,0 +1,144 @@
+"""The DDTree patches (0101, 0102) in the series, applied to the pinned sglang 0.5.11 wheel.
+
+Checks what can be checked without a GPU build of sglang: the series applies (with
+module_utils/dflash_patch.py), every file the DDTree patches touch compiles, the worker hook
+in spec_info.py now hands out the DDTREE worker instead of refusing, ServerArgs' DDTREE
+handling (compiled out of the patched server_args.py and run on a stand-in) sets the verify
+width to budget + 1 and keeps the draft's block size, and the ddtree_utils.py the series
+installs is the one test_ddtree_utils.py tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import py_compile
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "module_utils"))
+SPEC = "sglang/srt/speculative"
+DDTREE_FILES = [
+    f"{SPEC}/ddtree_utils.py",
+    f"{SPEC}/ddtree_worker.py",
+    f"{SPEC}/dflash_worker.py",
+    f"{SPEC}/spec_info.py",
+    "sglang/srt/server_args.py",
+    "sglang/srt/model_executor/cuda_graph_runner.py",
+]
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory):
+    dp = pytest.importorskip("dflash_patch")
+    sglang_wheel = pytest.importorskip("sglang_wheel")
+    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    try:
+        patches = dp.read_series_dir(str(sglang_wheel.PATCH_DIR))
+        contents, _, touched = dp.apply_series(wheel.read, patches)
+    finally:
+        wheel.close()
+    root = tmp_path_factory.mktemp("ddtree-tree")
+    for rel, data in contents.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return types.SimpleNamespace(root=root, touched=touched, names=[p["name"] for p in patches])
+
+
+def test_series_carries_the_ddtree_patches_after_registration(patched):
+    names = patched.names
+    assert names.index("0101-ddtree-utils.patch") > names.index("0002-ddtree-server-args.patch")
+    assert names.index("0102-ddtree-worker.patch") > names.index("0101-ddtree-utils.patch")
+    for rel in DDTREE_FILES:
+        assert any(p.startswith("01") for p in patched.touched[rel]), rel
+
+
+@pytest.mark.parametrize("rel", DDTREE_FILES)
+def test_patched_files_compile(patched, rel, tmp_path):
+    py_compile.compile(str(patched.root / rel), cfile=str(tmp_path / "x.pyc"), doraise=True)
+
+
+def test_installed_ddtree_utils_is_the_tested_one(patched):
+    from test_ddtree_utils import PATCH, TARGET, new_file_from_patch
+
+    assert (patched.root / TARGET).read_text(encoding="utf-8") == new_file_from_patch(PATCH, TARGET)
+
+
+def test_worker_hook_returns_the_ddtree_worker(patched, monkeypatch):
+    spec = importlib.util.spec_from_file_location("ddtree_spec_info", patched.root / f"{SPEC}/spec_info.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    marker = type("DDTreeWorker", (), {})
+    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(
+        sys.modules,
+        "sglang.srt.speculative.ddtree_worker",
+        types.SimpleNamespace(DDTreeWorker=marker),
+    )
+    args = types.SimpleNamespace(disable_overlap_schedule=True, enable_multi_layer_eagle=False)
+    assert mod.SpeculativeAlgorithm.DDTREE.create_worker(args) is marker
+    assert not hasattr(mod, "DDTREE_NOT_AVAILABLE")
+    args.disable_overlap_schedule = False
+    with pytest.raises(ValueError, match="overlap"):
+        mod.SpeculativeAlgorithm.DDTREE.create_worker(args)
+
+
+@pytest.fixture()
+def handle(patched):
+    """ServerArgs._handle_ddtree_args from the patched file, run on a stand-in `self`."""
+    tree = ast.parse((patched.root / "sglang/srt/server_args.py").read_bytes())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    func = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_handle_ddtree_args")
+    choices = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "DDTREE_MODE_CHOICES"
+    )
+    ns: dict = {}
+    exec(compile(ast.Module(body=[choices, func], type_ignores=[]), "server_args.py", "exec"), ns)  # noqa: S102
+
+    def run(budget=15, topk=8, mode="tree", block=16, args=None):
+        if args is None:
+            args = types.SimpleNamespace(
+                speculative_ddtree_budget=budget,
+                speculative_ddtree_topk=topk,
+                speculative_ddtree_mode=mode,
+                speculative_num_draft_tokens=block,
+            )
+        ns["_handle_ddtree_args"](args)
+        return args
+
+    return run
+
+
+@pytest.mark.parametrize(("budget", "block"), [(15, 16), (7, 16), (31, 16), (1, 2)])
+def test_verify_width_is_budget_plus_one_and_the_draft_keeps_its_block(handle, budget, block):
+    args = handle(budget=budget, block=block)
+    assert args.speculative_num_draft_tokens == budget + 1
+    assert args.speculative_ddtree_draft_block_size == block
+    # running the handler again on the resolved arguments changes nothing
+    before = dict(vars(args))
+    assert vars(handle(args=args)) == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"budget": 0}, "--speculative-ddtree-budget >= 1, got 0"),
+        ({"budget": 256}, "--speculative-ddtree-budget <= 255, got 256"),
+        ({"block": 1}, "DFlash draft block size >= 2, got 1"),
+        ({"topk": 0}, "--speculative-ddtree-topk >= 1, got 0"),
+        ({"mode": "bushy"}, "got 'bushy'"),
+    ],
+)
+def test_bad_values_are_refused_with_the_flag_named(handle, kwargs, message):
+    with pytest.raises(ValueError) as err:
+        handle(**kwargs)
+    assert message in str(err.value)
