@@ -368,7 +368,9 @@ RULES: list[Rule] = [
          "fix `--model-path` ({model}) or finish the download: {model_file} must exist and be readable "
          "by the service user"),
     Rule("hf_bad_path", "model_missing", 57,
-         _rx(r"Incorrect path_or_model_id: '(?P<model3>[^']+)'|Unrecognized model in (?P<model4>\S+?)\.? Should have"),
+         _rx(r"Incorrect path_or_model_id: '(?P<model3>[^']+)'|Unrecognized model in (?P<model4>\S+?)\.? Should have"
+             r"|No supported config format found in (?P<model5>\S+)"
+             r"|config file at '(?P<model6>[^']+)' is not a valid JSON file"),
          "{model} is not a usable model directory",
          "fix `--model-path` ({model}): point it at the directory that holds config.json (with model_type), "
          "the tokenizer and the weights"),
@@ -435,6 +437,7 @@ _RULE_KEYWORDS = (
     "outgoing traffic", "cache", "no such file", "model weights", "no file named", "nccl", "distbackend",
     "init_process_group", "watchdog", "no module named", "sndfile", "cannot import name", "ninja",
     "display driver", "mismatch", "device function", "path_or_model_id", "unrecognized model", "has no attribute",
+    "config format", "valid json",
 )
 
 
@@ -866,8 +869,8 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     f["nvcc_ref"] = f"nvcc {nv}" if nv else "the nvcc on the unit's PATH / CUDA_HOME"
     arch = re.search(r"supports CUDA capabilities ((?:sm_\d+a? ?)+)", seg_text)
     f["torch_arch_s"] = f" (this torch only has {arch.group(1).strip()})" if arch else ""
-    f["model"] = (g.get("model") or g.get("model2") or g.get("model3") or g.get("model4")
-                  or facts.get("model", "(the configured model_path)"))
+    f["model"] = (g.get("model") or g.get("model2") or g.get("model3") or g.get("model4") or g.get("model5")
+                  or g.get("model6") or facts.get("model", "(the configured model_path)"))
     f["missing_file"] = (g.get("missing_file") or "config.json / weights").rstrip(".")
     if g.get("model_file") and "model" not in g:
         f["model"] = facts.get("model", os.path.dirname(g["model_file"]))
