@@ -66,7 +66,13 @@ def prepare(args):
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
     shutil.copytree(os.path.join(args.site, "sglang"), os.path.join(tree, "sglang"), symlinks=True)
-    patches = dp.read_series_dir(os.path.join(REPO, args.series))
+    series_dir = os.path.join(REPO, args.series)
+    patches = dp.read_series_dir(series_dir)
+    for name in ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch"):  # if the series lacks them yet
+        if name not in {p["name"] for p in patches}:
+            with open(os.path.join(series_dir, name), "rb") as fh:
+                content = fh.read()
+            patches.append({"name": name, "content": content, "sha256": dp.sha256_bytes(content)})
 
     def read_file(rel):
         path = os.path.join(tree, rel)

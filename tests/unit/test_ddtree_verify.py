@@ -1,7 +1,8 @@
 """One DDTREE verify step through the real patched sglang code, on CPU.
 
-The files under test come from the patch series applied to the pinned sglang 0.5.11 wheel
-(files/patches/sglang/0.5.11/series, module_utils/dflash_patch.py): the unmodified
+The files under test come from the patch series (with the DDTree patches appended if the series
+does not list them yet) applied to the pinned sglang 0.5.11 wheel with module_utils/dflash_patch.py:
+the unmodified
 `dflash_info.py` (DFlashVerifyInput.prepare_for_verify: KV slot allocation and the req->token
 table), `spec_info.py`, and the DDTree files `ddtree_utils.py` and `ddtree_worker.py`
 (DDTreeVerifyInput.verify). What needs a GPU build of sglang (triton kernels, the scheduler,
@@ -29,6 +30,7 @@ torch = pytest.importorskip("torch")
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "module_utils"))
+sys.path.insert(0, str(REPO / "tests" / "unit"))
 SPEC = "sglang/srt/speculative"
 
 
@@ -39,10 +41,9 @@ def tree_files(tmp_path_factory):
     sglang_wheel = pytest.importorskip("sglang_wheel")
     wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
-        patches = dp.read_series_dir(str(sglang_wheel.PATCH_DIR))
-        names = [p["name"] for p in patches]
-        assert "0101-ddtree-utils.patch" in names and "0102-ddtree-worker.patch" in names, names
-        contents, _, _ = dp.apply_series(wheel.read, patches)
+        from test_ddtree_patch import ddtree_series
+
+        contents, _, _ = dp.apply_series(wheel.read, ddtree_series(dp, sglang_wheel.PATCH_DIR))
         want = [
             f"{SPEC}/dflash_info.py",
             f"{SPEC}/spec_info.py",
