@@ -369,7 +369,7 @@ RULES: list[Rule] = [
          "by the service user"),
     Rule("hf_bad_path", "model_missing", 57,
          _rx(r"Incorrect path_or_model_id: '(?P<model3>[^']+)'|Unrecognized model in (?P<model4>\S+?)\.? Should have"
-             r"|No supported config format found in (?P<model5>\S+)"
+             r"|No supported config format found in (?P<model5>[^\s{}\"']+)"
              r"|config file at '(?P<model6>[^']+)' is not a valid JSON file"),
          "{model} is not a usable model directory",
          "fix `--model-path` ({model}): point it at the directory that holds config.json (with model_type), "
@@ -681,7 +681,12 @@ def _pick(matches: list[_Match]) -> _Match | None:
         return None
     first = min(strong, key=lambda m: m.line.index)
     window = [m for m in strong if first.line.index <= m.line.index <= first.line.index + INCIDENT_LINES]
-    return max(window, key=lambda m: (m.rule.priority, -m.line.index))
+    # same priority: the exception line itself beats the source line quoted in the traceback
+    return max(window, key=lambda m: (m.rule.priority, _EXC_LINE_RE.match(m.line.text) is not None,
+                                      -m.line.index))
+
+
+_EXC_LINE_RE = re.compile(r"^-?\s*[\w.]*(?:Error|Exception|Warning)\b")
 
 
 # --------------------------------------------------------------------------- templates
