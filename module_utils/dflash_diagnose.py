@@ -845,7 +845,8 @@ def _driver_facts(facts: dict, groups: dict) -> dict:
 
 
 def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict:
-    g = dict(match.groups)
+    # a capture holding "{" comes from a source line quoted in a traceback, not from the log's values
+    g = {k: v for k, v in match.groups.items() if "{" not in v}
     f = _Fill(facts)
     f.update(g)
     sm = facts.get("sm")
