@@ -180,7 +180,7 @@ class Server:
             print(f"[{self.name}] healthy after {self.healthy_after} s", flush=True)
         return ok
 
-    def generate(self, ids, n_new, timeout=150):
+    def generate(self, ids, n_new, timeout=90):
         body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n_new,
                                                       "ignore_eos": True}}  # fmt: skip
         req = urllib.request.Request(self.base + "/generate", data=json.dumps(body).encode(),
@@ -316,16 +316,16 @@ def run(args):
     # with CUDA graphs (their capture is the long pole), then the quick ones without
     servers = [
         S("ref", 31000, ["--disable-cuda-graph"], args.work, out, spec=False),
-        S("dflash", 31001, ["--speculative-algorithm", "DFLASH"], args.work, out),
-        S("t15", 31002, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
+        S("dflash", 31010, ["--speculative-algorithm", "DFLASH"], args.work, out),
+        S("t15", 31020, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
                          "--speculative-ddtree-topk", "8"], args.work, out, budget=15),
-        S("t7", 31003, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "7"],
+        S("t7", 31030, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "7"],
           args.work, out, level="light", budget=7),
-        S("t31", 31004, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "31"],
+        S("t31", 31040, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "31"],
           args.work, out, level="light", budget=31),
-        S("t15ng", 31005, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
+        S("t15ng", 31050, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
                            "--disable-cuda-graph"], args.work, out, level="min", budget=15),
-        S("sl15", 31006, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
+        S("sl15", 31060, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
                           "--speculative-ddtree-mode", "shadow-linear", "--disable-cuda-graph"],
           args.work, out, level="min", budget=15),
     ]  # fmt: skip
@@ -349,7 +349,12 @@ def run(args):
         for s in servers:
             s.start(oracle_path)
             t = time.time()
-            while time.time() - t < 150 and s.alive() and not s.log_has("Memory pool end"):
+            while (
+                time.time() - t < 75
+                and time.time() < deadline - 330
+                and s.alive()
+                and not s.log_has("Memory pool end")
+            ):
                 for o in servers:
                     o.check_health()
                 time.sleep(0.5)
@@ -466,12 +471,14 @@ def run(args):
         plan += [(by["dflash"], RANKS_BRANCH, None)] + [
             (by[n], RANKS_BRANCH, 8) for n in ("t7", "t15", "t31")
         ]
+        broken = set()
         for srv, ranks, k in plan:
-            if srv not in spec_up or not srv.alive() or time.time() > deadline - 20:
+            if srv not in spec_up or srv.name in broken or not srv.alive() or time.time() > deadline - 20:
                 continue
             try:
                 grid.append(measure(srv, ranks, k))
             except (OSError, ValueError) as e:
+                broken.add(srv.name)  # a hung or dead server: do not wait on it again
                 grid.append(
                     {"server": srv.name, "topk": k, "ranks": ranks, "error": f"{type(e).__name__}: {e}"}
                 )

@@ -316,6 +316,14 @@ def test_oracle_reference_lookup(dd, tmp_path):
     assert o.true_tokens([1, 2], [5, 6, 7], 3) == [8, -1, -1]
     assert o.true_tokens([1, 2], [9], 2) == [-1, -1]  # diverged
     assert o.true_tokens([3], [5], 2) == [-1, -1]  # unknown prompt
+    # a half-written file switches steering off instead of raising inside the server
+    import os
+
+    f.write_text('{"reference": [')
+    os.utime(f, ns=(1, 1))
+    assert o.refresh() is None and o.true_tokens([1, 2], [5], 2) == [-1, -1]
+    f.write_text(json.dumps({"reference": [{"input_ids": [1], "output_ids": None}], "ranks": []}))
+    assert o.refresh().reference == {}
 
 
 def test_expected_accept_len(dd):
