@@ -407,6 +407,13 @@ RULES: list[Rule] = [
          _MODULE_REMEDY,
          unless=_rx(r"No module named '(?:common_ops|xgrammar\.|_soundfile_data|[\w.]*\._C\b|"
                     r"[\w.]*_C'|sgl_kernel\.common_ops)")),
+    Rule("sglang_submodule_missing", "missing_module", 79,
+         _rx(r"No module named '(?P<sgl_module>sglang\.[\w.]+)'"),
+         "the installed sglang has no module '{sgl_module}' (another sglang version, or the patched tree "
+         "is not the one on the path)",
+         "deploy the sglang tree that provides {sgl_module}: the toolkit's patched sglang 0.5.11 "
+         "(dflash_tree) on PYTHONPATH of the unit, not a plain PyPI sglang; check `python -c 'import "
+         "sglang; print(sglang.__file__)'` in the unit's venv"),
     Rule("sndfile_lib", "missing_module", 79,
          _rx(r"sndfile library not found|cannot load library 'libsndfile"),
          "soundfile is installed but the libsndfile system library is missing",
@@ -419,10 +426,16 @@ RULES: list[Rule] = [
          "venv) so that {import_from}.{import_name} exists, then restart",
          unless=_rx(r"from 'xgrammar")),
     Rule("ext_module_missing", "kernel_abi", 77,
-         _rx(r"No module named '(?P<ext_module>[\w.]*\._C|[\w.]*_C|common_ops|sgl_kernel\.common_ops)'"),
-         "the compiled extension {ext_module} could not be imported (not built for this torch/CUDA)",
-         "reinstall the package that provides {ext_module} as a wheel built for the installed torch "
-         "({torch}; do not run from a source checkout without building it)"),
+         _rx(r"No module named '(?P<ext_module>common_ops|sgl_kernel\.common_ops)'"),
+         "sgl_kernel's compiled {ext_module} could not be imported (no build for this torch/CUDA/GPU)",
+         "install the sglang-kernel wheel built for {torch} and its CUDA (sglang 0.5.11 pairs "
+         "sglang-kernel 0.4.2 with torch 2.11.0+cu130)"),
+    Rule("compiled_ext_missing", "missing_module", 78,
+         _rx(r"No module named '(?P<ext_module2>[\w.]*\._C|[\w.]*_C)'"),
+         "the compiled extension module '{ext_module2}' is missing from the venv",
+         "install {ext_pkg} as a built wheel matching {torch} (`uv pip install --reinstall {ext_pkg}`); "
+         "a source checkout without its compiled parts, or starting the server from inside that checkout, "
+         "shadows the installed package"),
 ]
 
 # Cheap pre-check before the rule table: a line without any of these (lower-case) words matches no
@@ -700,7 +713,8 @@ class _Fill(dict):
 _PIP_NAMES = {
     "cv2": "opencv-python-headless", "yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn",
     "google": "protobuf", "zmq": "pyzmq", "attr": "attrs", "sgl_kernel": "sglang-kernel",
-    "flash_attn": "flash-attn", "dateutil": "python-dateutil", "jwt": "pyjwt", "Crypto": "pycryptodome",
+    "flash_attn": "flash-attn", "flash_attn_2_cuda": "flash-attn", "dateutil": "python-dateutil",
+    "jwt": "pyjwt", "Crypto": "pycryptodome",
     "bs4": "beautifulsoup4", "skimage": "scikit-image", "decord": "decord", "multipart": "python-multipart",
     "dotenv": "python-dotenv", "huggingface_hub": "huggingface-hub", "sentencepiece": "sentencepiece",
     "flashinfer": "flashinfer-python", "vllm": "vllm", "sglang": "sglang", "torch": "torch",
@@ -912,6 +926,9 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     f["op_name"] = g.get("op") or g.get("op_full") or "?"
     f["op_full2"] = g.get("op_full2", "?")
     f["ext_module"] = g.get("ext_module", "?")
+    ext2 = g.get("ext_module2", "")
+    f["ext_module2"] = ext2 or "?"
+    f["ext_pkg"] = _SO_PACKAGES.get(ext2.split(".")[0], _pip_name(ext2)) if ext2 else "the package"
     f["arch_name"] = g.get("nvcc_arch") or g.get("ptxas_arch") or f["sm_arch"]
     f["cuda_req"] = g.get("cuda_req", "12.9")
     mfs = facts.get("mem_fraction_static")

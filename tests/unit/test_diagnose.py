@@ -345,3 +345,37 @@ def test_fixture_followed_by_noise_and_healthy_restart_lines(entry):
         "Killed\n"
     )
     assert diagnose_text(text + "\n" + noise)["cause"] == entry["cause"]
+
+
+@pytest.mark.parametrize("line, cause, needle", [
+    ("ModuleNotFoundError: No module named 'vllm._C'", "missing_module", "uv pip install --reinstall vllm"),
+    ("ModuleNotFoundError: No module named 'sglang.srt.speculative.dflash_worker'", "missing_module",
+     "patched sglang 0.5.11"),
+    ("ModuleNotFoundError: No module named 'cv2'", "missing_module", "uv pip install opencv-python-headless"),
+    ("- ModuleNotFoundError: No module named 'common_ops'", "kernel_abi", "sglang-kernel"),
+    ("ImportError: cannot import name 'StructuralTag' from 'xgrammar' (/v/xgrammar/__init__.py)",
+     "xgrammar_structural_tag", "--grammar-backend none"),
+    ("RuntimeError: CUDA error: invalid device function", "no_kernel_image", "TORCH_CUDA_ARCH_LIST"),
+    ("RuntimeError: operator torchvision::nms does not exist", "kernel_abi", "torchvision::nms"),
+    (("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+      "NumCudaDevices() that might have already set an error? Error 804: forward compatibility was attempted on "
+      "non supported HW"), "driver_too_old", "cuda-compat"),
+    (("ValueError: Free memory on device (10.5/79.2 GiB) on startup is less than desired GPU memory utilization "
+      "(0.9, 71.28 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
+     "cuda_oom", "gpu-memory-utilization"),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_120a'", "flashinfer_arch", "compute_120a"),
+    ("NCCL WARN Cuda failure 'peer access is not supported between these two devices'", "nccl_init", "NCCL_DEBUG"),
+])
+def test_single_line_rules(line, cause, needle):
+    r = diagnose_text(line + "\n")
+    assert r["cause"] == cause, r["summary"]
+    assert needle in r["summary"] + " " + r["remedy"]
+
+
+def test_nccl_warn_in_a_healthy_log_is_no_failure():
+    log = (
+        "node1:123:123 [0] NCCL WARN Missing \"iommu_group\" for PCI device\n"
+        "[2026-05-23 10:15:04] The server is fired up and ready to roll!\n"
+    )
+    r = diagnose_text(log)
+    assert r["cause"] == "unknown" and "no failure found" in r["summary"]
