@@ -153,9 +153,11 @@ RULES: list[Rule] = [
     Rule("driver_lib_mismatch", "driver_too_old", 94,
          _rx(r"system has unsupported display driver / cuda driver combination|cudaErrorSystemDriverMismatch"
              r"|Error 803|Driver/library version mismatch"),
-         "the loaded NVIDIA kernel driver and the user-space driver library do not match{driver_found_s}",
-         "reboot (or reload the nvidia kernel modules) after a driver upgrade so kernel module and libcuda "
-         "match; inside containers mount the host's driver libraries instead of shipping libcuda"),
+         "the CUDA user-space driver in use (libcuda / cuda-compat) does not match the loaded NVIDIA kernel "
+         "driver{driver_found_s}",
+         "make the unit use the host's own libcuda (drop cuda-compat / bundled libcuda directories from "
+         "LD_LIBRARY_PATH), or upgrade the NVIDIA driver to one that supports {cuda_needed_ref}; after a "
+         "driver upgrade reboot or reload the nvidia kernel modules"),
     Rule("driver_forward_compat", "driver_too_old", 95,
          _rx(r"forward compatibility was attempted on non supported HW|cudaErrorCompatNotSupportedOnDevice"
              r"|Error 804"),
