@@ -28,6 +28,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from urllib.parse import unquote
 
 FORMAT = 1
 MARKER = ".dflash-layer.json"
@@ -287,42 +288,84 @@ def _manifest_layer_paths(manifest):
     paths = set()
     for item in layers or []:
         if isinstance(item, str):
-            paths.add(item.rstrip("/"))
+            paths.add(os.path.normpath(item))
         elif isinstance(item, dict) and item.get("path"):
-            paths.add(str(item["path"]).rstrip("/"))
+            paths.add(os.path.normpath(str(item["path"])))
+    if isinstance(manifest, dict) and manifest.get("venv"):
+        paths.add(os.path.normpath(str(manifest["venv"])))
     return paths
 
 
 def _manifest_sort_key(manifest):
-    if not isinstance(manifest, dict):
-        return ("", "")
-    return (str(manifest.get("created") or ""), str(manifest.get("id") or ""))
+    seq = manifest.get("sequence")
+    return (seq if isinstance(seq, int) else -1, str(manifest.get("created") or ""), str(manifest.get("id") or ""))
 
 
-def prune_candidates(layer_dirs, releases_manifests, keep, protect=()):
+def prune_candidates(layer_dirs, releases_manifests, keep, protect=(), parents=None):
     """Layer directories to remove: those that none of the last ``keep`` releases refers to.
 
     layer_dirs: absolute paths of ``<prefix>/layers/<name>-<hash12>`` directories (dot-entries such
     as in-progress ``.tmp-*`` builds are never returned). releases_manifests: release manifests
-    (dicts with ``layers``: a list of ``{path: ...}`` or of paths, and ``created``/``id`` to order
-    them, oldest first after sorting). ``protect``: paths always kept (the layers of the run in
-    progress). keep < 1 keeps every release (nothing referenced is removed).
+    (dicts with ``layers``: a list of ``{path: ...}`` or of paths, and/or ``venv``; ordered by
+    ``sequence``, then ``created``, then ``id``). ``protect``: paths always kept (the layers of the
+    run in progress). ``parents``: {layer dir: [parent layer dirs]} (from the markers) so that a kept
+    overlay also keeps the layers below it. keep < 1 keeps every release given.
     """
     manifests = sorted((m for m in releases_manifests if isinstance(m, dict)), key=_manifest_sort_key)
     kept = manifests if keep is None or int(keep) < 1 else manifests[-int(keep):]
     referenced = set()
     for manifest in kept:
         referenced |= _manifest_layer_paths(manifest)
-    referenced |= {str(p).rstrip("/") for p in protect}
+    referenced |= {os.path.normpath(str(p)) for p in protect}
+    parents = {os.path.normpath(k): [os.path.normpath(p) for p in v] for k, v in (parents or {}).items()}
+    todo = list(referenced)
+    while todo:
+        for parent in parents.get(todo.pop(), []):
+            if parent not in referenced:
+                referenced.add(parent)
+                todo.append(parent)
     out = []
     for path in layer_dirs:
-        norm = str(path).rstrip("/")
-        base = os.path.basename(norm)
-        if base.startswith("."):
+        norm = os.path.normpath(str(path))
+        if os.path.basename(norm).startswith("."):
             continue
         if norm not in referenced:
             out.append(norm)
     return sorted(out)
+
+
+def layer_dir_of_site(site_dir, layers_dir):
+    """``<layers_dir>/<name>-<hash12>`` for a site-packages path inside it, else None."""
+    rel = os.path.relpath(os.path.normpath(site_dir), os.path.normpath(layers_dir))
+    if rel.startswith(".."):
+        return None
+    return os.path.join(os.path.normpath(layers_dir), rel.split(os.sep)[0])
+
+
+_LAYER_DIR_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*-[0-9a-f]{12}$")
+
+
+def prune_layers(prefix, releases_manifests, keep, protect=(), check_mode=False):
+    """Remove layer directories under ``<prefix>/layers`` that the last ``keep`` releases (and
+    ``protect``) do not use, with their parents kept through the markers. Returns the removed paths."""
+    layers_dir = os.path.join(prefix.rstrip("/"), "layers")
+    try:
+        names = sorted(os.listdir(layers_dir))
+    except OSError:
+        return []
+    dirs = [os.path.join(layers_dir, n) for n in names
+            if _LAYER_DIR_RE.match(n) and os.path.isdir(os.path.join(layers_dir, n))]
+    parents = {}
+    for d in dirs:
+        marker = LayerBuilder.read_marker(d) or {}
+        parents[d] = [p for p in (layer_dir_of_site(s, layers_dir) for s in marker.get("parent_site") or []) if p]
+    remove = prune_candidates(dirs, releases_manifests, keep, protect, parents)
+    if not check_mode:
+        for path in remove:
+            trash = os.path.join(layers_dir, f"{TMP_PREFIX}prune-{os.path.basename(path)}-{secrets.token_hex(4)}")
+            os.rename(path, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+    return remove
 
 
 # --------------------------------------------------------------------------- host side
@@ -611,7 +654,7 @@ def select_wheel(wheels, tags):
     rank = {t: i for i, t in enumerate(tags)}
     best = None
     for wheel in wheels:
-        filename = wheel.get("name") or wheel["url"].rsplit("/", 1)[-1].split("#")[0]
+        filename = wheel.get("name") or unquote(wheel["url"].rsplit("/", 1)[-1].split("#")[0])
         try:
             score = min((rank[t] for t in wheel_tags(filename) if t in rank), default=None)
         except ValueError:
@@ -643,6 +686,15 @@ def lock_from_pylock(pylock, tags):
     if missing:
         raise LayerError("no wheel for the host's platform/python: " + ", ".join(missing))
     return sorted(entries, key=lambda e: e["name"])
+
+
+def target_from_interpreter(interp):
+    """Wheel target of a host interpreter (inspect_interpreter's facts)."""
+    libc = interp.get("libc") or ["", ""]
+    glibc = libc[1] if len(libc) > 1 and libc[0] == "glibc" and libc[1] else "2.17"
+    impl = {"cpython": "cp", "pypy": "pp"}.get(interp.get("implementation"), "cp")
+    return {"python_version": ".".join(str(interp["version"]).split(".")[:2]), "arch": interp["machine"],
+            "glibc": glibc, "implementation": impl}
 
 
 def wheelhouse_key(spec, target):

@@ -1,0 +1,65 @@
+#!/usr/bin/python
+"""Ansible module: import/ABI probe of a layer's python (logic: module_utils/dflash_probe)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: dflash_probe
+short_description: Probe torch, sgl_kernel, flashinfer, xgrammar, soundfile and sglang in one call
+description:
+  - Runs each import in its own subprocess of C(python) (timeout each, bytecode writing off), so a
+    crash in one does not hide the others. Each component reports its facts or the exception text.
+  - Returns the facts as C(dflash_probe) and the gate's problems (torch CUDA newer than the driver's,
+    required components that failed); it never fails by itself and never changes anything.
+options:
+  python: {description: The interpreter to probe (the final layer's bin/python)., type: path, required: true}
+  pythonpath: {description: Directories put first on PYTHONPATH (the patched tree)., type: list, elements: path,
+               default: []}
+  components: {description: Components to probe., type: list, elements: str,
+               default: [python, torch, sgl_kernel, flashinfer, xgrammar, soundfile, sglang]}
+  required: {description: Components that must import for the gate to pass., type: list, elements: str, default: []}
+  driver_cuda_version: {description: The driver's CUDA version (dflash_fingerprint.driver_cuda_version)., type: str}
+  timeout: {description: Seconds per component., type: int, default: 300}
+  workers: {description: Components probed at once., type: int, default: 3}
+  env: {description: Extra environment for the probed python., type: dict, default: {}}
+author: dflash-deploy
+"""
+
+RETURN = r"""
+ansible_facts: {description: "dflash_probe: {component: {ok, ...facts} | {ok: false, error}}", returned: always,
+                type: dict}
+problems: {description: What the gate found (empty = pass)., returned: always, type: list}
+summary: {description: One line per component., returned: always, type: list}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_probe import COMPONENTS, gate, run_probe, summary
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "pythonpath": {"type": "list", "elements": "path", "default": []},
+            "components": {"type": "list", "elements": "str", "default": list(COMPONENTS)},
+            "required": {"type": "list", "elements": "str", "default": []},
+            "driver_cuda_version": {"type": "str"},
+            "timeout": {"type": "int", "default": 300},
+            "workers": {"type": "int", "default": 3},
+            "env": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    unknown = sorted((set(p["components"]) | set(p["required"])) - set(COMPONENTS))
+    if unknown:
+        module.fail_json(msg=f"unknown probe components: {', '.join(unknown)} (known: {', '.join(COMPONENTS)})")
+    probe = run_probe(p["python"], p["pythonpath"] or None, p["components"], p["timeout"], p["env"], p["workers"])
+    problems = gate(probe, p["driver_cuda_version"], p["required"])
+    module.exit_json(changed=False, ansible_facts={"dflash_probe": probe}, problems=problems,
+                     summary=summary(probe))
+
+
+if __name__ == "__main__":
+    main()

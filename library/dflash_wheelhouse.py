@@ -1,0 +1,111 @@
+#!/usr/bin/python
+"""Ansible module (controller side): offline wheelhouse for the layers (logic: module_utils/dflash_layers)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: dflash_wheelhouse
+short_description: Resolve, lock and download the layers' wheels for a host's platform, once
+description:
+  - Runs on the controller (delegate_to localhost). For each layer and its host's target (python
+    version, machine, glibc) it resolves once with C(uv pip compile --format pylock.toml) and writes
+    a lock (name, version, filename, url, sha256) under C(dir/locks/); wheels go to C(dir/files/)
+    and every wheel's sha256 is checked on reuse (a corrupt one is downloaded again).
+  - With C(uv_version) it also locks the uv wheel for the host and extracts its binary to
+    C(dir/uv/<version>-<machine>/uv) for pushing.
+options:
+  dir: {description: Controller wheelhouse directory., type: path, required: true}
+  layers: {description: The dflash_venv_layers list., type: list, elements: dict, default: []}
+  interpreters: {description: "Per layer name, its host interpreter facts (dflash_layers action=inspect).",
+                 type: dict, default: {}}
+  uv_command: {description: The controller's uv command (argv list)., type: list, elements: str, default: [uv]}
+  uv_version: {description: Pinned uv version to lock and extract for the host., type: str}
+  uv_target: {description: "{arch, glibc} of the host for the uv binary.", type: dict}
+author: dflash-deploy
+"""
+
+RETURN = r"""
+locks: {description: Per layer name the locked wheels., returned: always, type: dict}
+files: {description: Sorted unique wheel filenames the host needs., returned: always, type: list}
+downloaded: {description: Wheels downloaded by this run., returned: always, type: list}
+uv_binary: {description: Controller path of the extracted uv binary., returned: with uv_version, type: str}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_layers import (
+    LayerError,
+    ensure_wheelhouse,
+    extract_uv_binary,
+    normalise_layer,
+    target_from_interpreter,
+    validate_layers,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "dir": {"type": "path", "required": True},
+            "layers": {"type": "list", "elements": "dict", "default": []},
+            "interpreters": {"type": "dict", "default": {}},
+            "uv_command": {"type": "list", "elements": "str", "default": ["uv"]},
+            "uv_version": {"type": "str"},
+            "uv_target": {"type": "dict"},
+        },
+        required_by={"uv_version": ["uv_target"]},
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["layers"]:
+        errors = validate_layers(p["layers"])
+        if errors:
+            module.fail_json(msg="invalid dflash_venv_layers: " + "; ".join(errors), errors=errors)
+    out = {"locks": {}, "downloaded": [], "resolved": [], "redownloaded": [], "lock_files": {}, "bytes": 0}
+    changed = False
+    try:
+        by_target = {}
+        for layer in p["layers"]:
+            spec = normalise_layer(layer)
+            if spec["existing_path"] or not spec["requirements"]:
+                continue
+            interp = p["interpreters"].get(spec["name"])
+            if not interp:
+                module.fail_json(msg=f"layer {spec['name']}: no interpreter facts given (run action=inspect first)")
+            target = target_from_interpreter(interp)
+            key = tuple(sorted((k, str(v)) for k, v in target.items()))
+            by_target.setdefault(key, (target, []))[1].append(spec)
+        for target, specs in by_target.values():
+            res = ensure_wheelhouse(p["dir"], specs, target, p["uv_command"], check_mode=module.check_mode)
+            changed |= res["changed"]
+            for key in ("locks", "lock_files"):
+                out[key].update(res[key])
+            for key in ("downloaded", "resolved", "redownloaded"):
+                out[key] += res[key]
+            out["bytes"] += res["bytes"]
+        if p["uv_version"]:
+            t = p["uv_target"]
+            uv_target = {"python_version": "3.12", "arch": t["arch"], "glibc": t.get("glibc", "2.17"),
+                         "implementation": "cp"}
+            uv_spec = normalise_layer({"name": "uv", "python": "python3", "no_deps": True,
+                                       "requirements": [f"uv=={p['uv_version']}"]})
+            res = ensure_wheelhouse(p["dir"], [uv_spec], uv_target, p["uv_command"], check_mode=module.check_mode)
+            changed |= res["changed"]
+            out["downloaded"] += res["downloaded"]
+            entries = res["locks"].get("uv")
+            dest = os.path.join(p["dir"], "uv", f"{p['uv_version']}-{t['arch']}", "uv")
+            if entries and not module.check_mode:
+                changed |= extract_uv_binary(os.path.join(p["dir"], "files", entries[0]["filename"]), dest)
+            elif not os.path.exists(dest):
+                changed = True
+            out["uv_binary"] = dest
+    except LayerError as exc:
+        module.fail_json(msg=str(exc), **out)
+    out["files"] = sorted({e["filename"] for entries in out["locks"].values() for e in entries})
+    module.exit_json(changed=changed, **out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,445 @@
+"""dflash_layers: spec validation, content hash, wheel selection, pruning, and real uv builds.
+
+The build tests run the real uv against wheels made here (tiny pure-Python projects written as
+real wheel files), so they need no network and take a few seconds.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import dflash_layers as L
+import pytest
+
+UV = shutil.which("uv")
+needs_uv = pytest.mark.skipif(UV is None, reason="uv is not on PATH (the controller env is made with uv)")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "layers"
+
+
+# --------------------------------------------------------------------------- helpers
+
+def make_wheel(directory, name, version, body=None, requires=()):
+    """Write a real, installable pure-Python wheel ``name-version-py3-none-any.whl``."""
+    mod = name.replace("-", "_")
+    dist = f"{mod}-{version}.dist-info"
+    files = {
+        f"{mod}.py": body if body is not None else f"__version__ = {version!r}\n",
+        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
+            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)),
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: dflash-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
+    path = Path(directory) / f"{mod}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name_, text in files.items():
+            zf.writestr(name_, text)
+    return path
+
+
+def snapshot(root):
+    """(path, size, mtime_ns, ctime_ns) of everything under root."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            out.append((p, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return sorted(out)
+
+
+def run_py(python, code):
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wheels")
+    make_wheel(d, "dfl-shadow", "1.0")
+    make_wheel(d, "dfl-shadow", "2.0")
+    make_wheel(d, "dfl-shadow", "3.0")
+    make_wheel(d, "dfl-baseonly", "1.0")
+    make_wheel(d, "dfl-needs", "1.0", requires=["dfl-baseonly==1.0"])
+    return d
+
+
+def two_layers(wheels, overlay_pin="dfl-shadow==2.0"):
+    common = {"python": sys.executable, "no_index": True, "find_links": [str(wheels)]}
+    return [
+        {"name": "base", **common, "requirements": ["dfl-shadow==1.0", "dfl-baseonly==1.0"]},
+        {"name": "overlay", "parent": "base", **common, "no_deps": True,
+         "requirements": [overlay_pin, "dfl-needs==1.0"]},
+    ]
+
+
+# --------------------------------------------------------------------------- specs
+
+def test_parse_requirement_normalises_names_and_extras():
+    assert L.parse_requirement("Flashinfer_Python==0.6.8.post1") == ("flashinfer-python", (), "0.6.8.post1")
+    assert L.parse_requirement("torch==2.11.0+cu128") == ("torch", (), "2.11.0+cu128")
+    assert L.parse_requirement("huggingface_hub[CLI, hf_xet]==1.0") == ("huggingface-hub", ("cli", "hf-xet"), "1.0")
+    for bad in ("torch", "torch>=2.11", "torch==2.11; python_version>'3'", "git+https://x/y", "==1.0", None):
+        with pytest.raises(ValueError, match="pinned|not pinned"):
+            L.parse_requirement(bad)
+
+
+def test_validate_reports_every_problem_with_layer_and_field():
+    errors = L.validate_layers([
+        {"name": "base", "python": "python3.12", "requirements": ["torch>=2", "six==1", "Six==2"]},
+        {"name": "base", "python": "python3.12"},
+        {"name": "ov", "parent": "later", "requirements": "six==1", "cuda": 13, "colour": "x"},
+        {"name": "later", "existing_path": "relative/venv", "requirements": ["six==1"], "parent": "base"},
+        {"name": "Bad Name"},
+        {"name": "idx", "python": "p", "index_strategy": "fastest", "extra_index_urls": "https://x",
+         "no_deps": "yes", "env": {"A": True}},
+    ])
+    text = "\n".join(errors)
+    expected = [
+        "dflash_venv_layers[0] (base): requirements[0]: 'torch>=2' is not pinned",
+        "dflash_venv_layers[0] (base): requirements[2]: six pinned twice",
+        "dflash_venv_layers[1] (base): name: duplicate of dflash_venv_layers[0]",
+        "dflash_venv_layers[2] (ov): python: required",
+        "dflash_venv_layers[2] (ov): parent: 'later' must name a layer listed before this one",
+        "dflash_venv_layers[2] (ov): requirements: must be a list",
+        "dflash_venv_layers[2] (ov): cuda: 13 must be a 'major.minor' string",
+        "dflash_venv_layers[2] (ov): colour: unknown field",
+        "dflash_venv_layers[3] (later): existing_path: 'relative/venv' must be an absolute path",
+        "dflash_venv_layers[3] (later): requirements: a layer with existing_path is used as it is",
+        "dflash_venv_layers[3] (later): parent: a layer with existing_path cannot have a parent",
+        "dflash_venv_layers[4]: name: 'Bad Name' must match",
+        "dflash_venv_layers[5] (idx): index_strategy: 'fastest' not one of",
+        "dflash_venv_layers[5] (idx): extra_index_urls: must be a list",
+        "dflash_venv_layers[5] (idx): no_deps: must be true or false",
+        "dflash_venv_layers[5] (idx): env: must be a mapping",
+    ]
+    for item in expected:
+        assert item in text, f"missing: {item}\n{text}"
+    assert L.validate_layers([]) == ["dflash_venv_layers: must be a non-empty list of layers"]
+
+
+def test_role_default_and_lab_layers_are_valid():
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    defaults = yaml.safe_load((root / "roles/dflash_layers/defaults/main.yml").read_text())
+    lab = yaml.safe_load((root / "inventory/lab/group_vars/all/layers.yml").read_text())
+    assert L.validate_layers(defaults["dflash_venv_layers"]) == []
+    assert L.validate_layers(lab["dflash_venv_layers"]) == []
+    prod = [L.normalise_layer(x) for x in defaults["dflash_venv_layers"]]
+    assert prod[0]["requirements"] == ["torch==2.11.0+cu128"] and prod[0]["cuda"] == "12.8"
+    assert prod[1]["parent"] == "base" and prod[1]["cuda"] == "13.0"
+    for pin in ("torch==2.11.0", "sglang-kernel==0.4.2", "flashinfer-python==0.6.8.post1",
+                "flashinfer-cubin==0.6.8.post1", "xgrammar==0.1.32", "soundfile==0.13.1"):
+        assert pin in prod[1]["requirements"]
+
+
+def test_hash_is_stable_order_insensitive_and_covers_what_matters():
+    interp = {"implementation": "cpython", "version": "3.12.3"}
+    a = L.normalise_layer({"name": "ov", "python": "python3.12", "requirements": ["b==1", "A_x==2"]})
+    b = L.normalise_layer({"name": "ov", "python": "python3.12", "requirements": ["a-x==2", "B==1"]})
+    h = L.layer_hash(a, "p" * 64, interp)
+    assert h == L.layer_hash(b, "p" * 64, interp)
+    assert len(h) == 64 and L.layer_dirname("ov", h) == f"ov-{h[:12]}"
+    # a patch release of the host python does not rebuild; a minor one does
+    assert h == L.layer_hash(a, "p" * 64, {"implementation": "cpython", "version": "3.12.9"})
+    assert h != L.layer_hash(a, "p" * 64, {"implementation": "cpython", "version": "3.13.0"})
+    assert h != L.layer_hash(a, "q" * 64, interp)  # parent changed
+    assert h != L.layer_hash(a, "p" * 64, interp, wheel_sha256s=["0" * 64])
+    c = L.normalise_layer({"name": "ov", "python": "python3.12", "requirements": ["b==1", "a-x==3"]})
+    assert h != L.layer_hash(c, "p" * 64, interp)
+    d = L.normalise_layer({"name": "ov", "python": "python3.12", "requirements": ["b==1", "a-x==2"],
+                           "env": {"X": "1"}})
+    assert h != L.layer_hash(d, "p" * 64, interp)
+
+
+def test_parent_pth_appends_parent_with_its_own_pth_files(tmp_path):
+    parent = tmp_path / "parent-site"
+    grand = tmp_path / "grand-site"
+    for d in (parent, grand):
+        d.mkdir()
+    (parent / "_link.pth").write_text(L.parent_pth([str(grand)]))
+    child = tmp_path / "child-site"
+    child.mkdir()
+    (child / "x.pth").write_text(L.parent_pth([str(parent)]))
+    code = f"import site, sys; site.addsitedir({str(child)!r}); print('\\n'.join(sys.path))"
+    path = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split("\n")
+    assert path.index(str(child)) < path.index(str(parent)) < path.index(str(grand))
+
+
+def test_requirements_args():
+    spec = L.normalise_layer({"name": "b", "python": "p", "requirements": ["torch==2.11.0+cu128"],
+                              "index_url": "https://pypi.org/simple",
+                              "extra_index_urls": ["https://download.pytorch.org/whl/cu128"],
+                              "index_strategy": "unsafe-best-match", "no_deps": True})
+    assert L.requirements_args(spec) == [
+        "--index-url", "https://pypi.org/simple", "--extra-index-url", "https://download.pytorch.org/whl/cu128",
+        "--index-strategy", "unsafe-best-match", "--no-deps", "torch==2.11.0+cu128"]
+    assert L.requirements_args(spec, ["/w/a.whl"]) == ["--offline", "--no-index", "--no-deps", "/w/a.whl"]
+
+
+# --------------------------------------------------------------------------- wheel selection / locks
+
+def test_platform_tags_follow_the_hosts_glibc():
+    plats = L.manylinux_platforms("x86_64", "2.36")
+    assert plats[0] == "manylinux_2_36_x86_64" and "manylinux2014_x86_64" in plats
+    assert "manylinux1_x86_64" in plats and plats[-1] == "linux_x86_64"
+    assert "manylinux2014_aarch64" in L.manylinux_platforms("aarch64", "2.35")
+    assert "manylinux1_aarch64" not in L.manylinux_platforms("aarch64", "2.35")
+    tags = L.supported_tags("3.12", "x86_64", "2.35")
+    pick = L.select_wheel([
+        {"url": "https://f/x/sglang-0.5.11-cp312-cp312-manylinux_2_34_x86_64.whl"},
+        {"url": "https://f/x/sglang-0.5.11-cp311-cp311-manylinux_2_34_x86_64.whl"},
+    ], tags)
+    assert pick[0] == "sglang-0.5.11-cp312-cp312-manylinux_2_34_x86_64.whl"
+    # a wheel needing a newer glibc than the host has is never chosen
+    assert L.select_wheel([{"url": "https://f/a-1-cp312-cp312-manylinux_2_39_x86_64.whl"}], tags) is None
+    # abi3 wheels built for an older CPython fit (sglang-kernel is cp310-abi3)
+    assert L.select_wheel([{"url": "https://f/sglang_kernel-0.4.2-cp310-abi3-manylinux2014_x86_64.whl"}], tags)
+    # a platform wheel beats the pure one; local versions arrive URL-quoted from the PyTorch index
+    pick = L.select_wheel([
+        {"url": "https://f/soundfile-0.13.1-py2.py3-none-any.whl"},
+        {"url": "https://f/soundfile-0.13.1-py2.py3-none-manylinux_2_28_x86_64.whl"},
+    ], tags)
+    assert pick[0] == "soundfile-0.13.1-py2.py3-none-manylinux_2_28_x86_64.whl"
+    pick = L.select_wheel([{"url": "https://d/whl/cu128/torch-2.11.0%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl"}],
+                          tags)
+    assert pick[0] == "torch-2.11.0+cu128-cp312-cp312-manylinux_2_28_x86_64.whl"
+
+
+def test_lock_from_a_real_uv_pylock():
+    import tomllib
+
+    pylock = tomllib.loads((FIXTURES / "pylock.soundfile-cp312.toml").read_text())
+    entries = L.lock_from_pylock(pylock, L.supported_tags("3.12", "x86_64", "2.36"))
+    by_name = {e["name"]: e for e in entries}
+    assert sorted(by_name) == ["cffi", "numpy", "pycparser", "six", "soundfile"]
+    assert by_name["soundfile"]["filename"] == "soundfile-0.13.1-py2.py3-none-manylinux_2_28_x86_64.whl"
+    assert by_name["soundfile"]["sha256"] == "03267c4e493315294834a0870f31dbb3b28a95561b80b134f0bd3cf2d5f0e618"
+    assert by_name["cffi"]["filename"].startswith("cffi-2.1.1-cp312-cp312-")
+    with pytest.raises(L.LayerError, match="no wheel for the host"):
+        L.lock_from_pylock(pylock, L.supported_tags("3.12", "aarch64", "2.36"))
+
+
+def test_target_from_interpreter():
+    t = L.target_from_interpreter({"version": "3.12.3", "implementation": "cpython", "machine": "x86_64",
+                                   "libc": ["glibc", "2.39"]})
+    assert t == {"python_version": "3.12", "arch": "x86_64", "glibc": "2.39", "implementation": "cp"}
+    assert L.target_from_interpreter({"version": "3.11.2", "implementation": "cpython", "machine": "x86_64",
+                                      "libc": ["", ""]})["glibc"] == "2.17"
+
+
+def test_wheelhouse_locks_once_verifies_sha256_and_refetches_corrupt_files(tmp_path, wheels):
+    src = wheels / "dfl_shadow-1.0-py3-none-any.whl"
+    sha = L.sha256_file(src)
+    calls = {"compile": 0, "fetch": 0}
+
+    def runner(argv, env=None, timeout=None):
+        calls["compile"] += 1
+        out = argv[argv.index("-o") + 1]
+        assert "--python-platform" in argv and argv[argv.index("--python-platform") + 1] == "x86_64-manylinux_2_36"
+        assert argv[argv.index("--python-version") + 1] == "3.12"
+        Path(out).write_text(
+            'lock-version = "1.0"\n[[packages]]\nname = "dfl-shadow"\nversion = "1.0"\n'
+            f'wheels = [{{ url = "file://{src}", hashes = {{ sha256 = "{sha}" }} }}]\n')
+        return 0, "", ""
+
+    def fetch(url, dest):
+        calls["fetch"] += 1
+        shutil.copyfile(url[len("file://"):], dest)
+
+    spec = L.normalise_layer({"name": "base", "python": "python3.12", "requirements": ["dfl-shadow==1.0"]})
+    target = {"python_version": "3.12", "arch": "x86_64", "glibc": "2.36", "implementation": "cp"}
+    res = L.ensure_wheelhouse(str(tmp_path), [spec], target, ["uv"], runner=runner, fetch=fetch)
+    assert res["changed"] and res["downloaded"] == [src.name] and calls == {"compile": 1, "fetch": 1}
+    lock = json.loads(Path(res["lock_files"]["base"]).read_text())
+    assert lock["packages"][0]["sha256"] == sha and lock["packages"][0]["url"] == f"file://{src}"
+    # reuse: no resolution, no download, nothing changed
+    res = L.ensure_wheelhouse(str(tmp_path), [spec], target, ["uv"], runner=runner, fetch=fetch)
+    assert not res["changed"] and calls == {"compile": 1, "fetch": 1}
+    # a corrupt wheel is detected by its sha256 and fetched again
+    (tmp_path / "files" / src.name).write_bytes(b"corrupt")
+    res = L.ensure_wheelhouse(str(tmp_path), [spec], target, ["uv"], runner=runner, fetch=fetch)
+    assert res["redownloaded"] == [src.name] and calls["fetch"] == 2
+    assert L.sha256_file(tmp_path / "files" / src.name) == sha
+
+    # a download that does not match the lock is refused and leaves nothing behind
+    def bad_fetch(url, dest):
+        Path(dest).write_bytes(b"tampered")
+
+    os.unlink(tmp_path / "files" / src.name)
+    with pytest.raises(L.LayerError, match="does not match the lock"):
+        L.ensure_wheelhouse(str(tmp_path), [spec], target, ["uv"], runner=runner, fetch=bad_fetch)
+    assert sorted(os.listdir(tmp_path / "files")) == []
+
+
+def test_extract_uv_binary(tmp_path):
+    whl = tmp_path / "uv-9.9.9-py3-none-manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.writestr("uv-9.9.9.data/scripts/uv", b"\x7fELF-binary")
+        zf.writestr("uv/__init__.py", "")
+    dest = tmp_path / "out" / "uv"
+    assert L.extract_uv_binary(str(whl), str(dest)) is True
+    assert dest.read_bytes() == b"\x7fELF-binary" and os.access(dest, os.X_OK)
+    assert L.extract_uv_binary(str(whl), str(dest)) is False
+
+
+# --------------------------------------------------------------------------- pruning
+
+def test_prune_candidates_keeps_last_n_releases_and_parents():
+    layers = "/opt/dflash/layers"
+    dirs = [f"{layers}/base-aaaaaaaaaaaa", f"{layers}/overlay-bbbbbbbbbbbb", f"{layers}/overlay-cccccccccccc",
+            f"{layers}/overlay-dddddddddddd", f"{layers}/.tmp-overlay-eeeeeeeeeeee-1234"]
+    manifests = [
+        {"id": "r3", "sequence": 3, "layers": [{"path": f"{layers}/overlay-dddddddddddd"}]},
+        {"id": "r1", "sequence": 1, "layers": [{"path": f"{layers}/overlay-bbbbbbbbbbbb"},
+                                               {"path": f"{layers}/base-aaaaaaaaaaaa"}]},
+        {"id": "r2", "sequence": 2, "venv": f"{layers}/overlay-cccccccccccc"},
+    ]
+    parents = {f"{layers}/overlay-dddddddddddd": [f"{layers}/base-aaaaaaaaaaaa"]}
+    # keep 2 newest (r2, r3): b goes; base kept through d's marker parent; .tmp never a candidate
+    assert L.prune_candidates(dirs, manifests, 2, parents=parents) == [f"{layers}/overlay-bbbbbbbbbbbb"]
+    # without the parent link the base would go too
+    assert L.prune_candidates(dirs, manifests, 1) == [
+        f"{layers}/base-aaaaaaaaaaaa", f"{layers}/overlay-bbbbbbbbbbbb", f"{layers}/overlay-cccccccccccc"]
+    # protect keeps this run's layers even when no release has them yet
+    assert f"{layers}/overlay-bbbbbbbbbbbb" not in L.prune_candidates(
+        dirs, manifests, 1, protect=[f"{layers}/overlay-bbbbbbbbbbbb/"])
+    assert L.prune_candidates(dirs, manifests, 0) == []
+
+
+# --------------------------------------------------------------------------- real builds with uv
+
+@needs_uv
+def test_build_reuse_rebuild_and_shadowing(tmp_path, wheels):
+    prefix = tmp_path / "prefix"
+    cache = str(tmp_path / "uvcache")
+    b = L.LayerBuilder(str(prefix), UV, cache_dir=cache, compile_bytecode=True)
+    items, changed, stale = b.ensure(two_layers(wheels))
+    assert changed and stale == [] and [i["changed"] for i in items] == [True, True]
+    base, overlay = L.layers_fact(items)
+    assert overlay["path"] == f"{prefix}/layers/overlay-{overlay['hash'][:12]}"
+    assert overlay["sys_path_order"] == overlay["site_packages"] + base["site_packages"]
+    marker = json.loads((Path(overlay["path"]) / L.MARKER).read_text())
+    assert marker["hash"] == overlay["hash"] and "dfl-shadow==2.0" in marker["freeze"]
+    assert "dfl-baseonly==1.0" not in marker["freeze"]  # no_deps: the dependency comes from base
+    # the overlay's version wins, the base's package is still found, the base alone keeps its own
+    got = run_py(overlay["python"], "import dfl_shadow, dfl_baseonly, dfl_needs;"
+                 "print(dfl_shadow.__version__, dfl_shadow.__file__, dfl_baseonly.__file__)").split()
+    assert got[0] == "2.0" and got[1].startswith(overlay["path"]) and got[2].startswith(base["path"])
+    assert run_py(base["python"], "import dfl_shadow; print(dfl_shadow.__version__)") == "1.0"
+    assert not [n for n in os.listdir(prefix / "layers") if n.startswith(L.TMP_PREFIX)]
+
+    # unchanged: nothing reported, nothing written (not even times)
+    before = snapshot(prefix)
+    items2, changed2, _ = L.LayerBuilder(str(prefix), UV, cache_dir=cache).ensure(two_layers(wheels))
+    assert not changed2 and [i["action"] for i in items2] == ["reuse", "reuse"]
+    assert snapshot(prefix) == before
+
+    # check mode on a changed pin: reports the overlay, writes nothing
+    items3, changed3, _ = L.LayerBuilder(str(prefix), UV, cache_dir=cache, check_mode=True).ensure(
+        two_layers(wheels, "dfl-shadow==3.0"))
+    assert changed3 and [i["changed"] for i in items3] == [False, True]
+    assert snapshot(prefix) == before
+
+    # changed overlay pin: new overlay, base reused, old overlay untouched
+    items4, changed4, _ = L.LayerBuilder(str(prefix), UV, cache_dir=cache).ensure(
+        two_layers(wheels, "dfl-shadow==3.0"))
+    new_base, new_overlay = L.layers_fact(items4)
+    assert changed4 and not new_base["changed"] and new_overlay["changed"]
+    assert new_base["path"] == base["path"] and new_overlay["path"] != overlay["path"]
+    assert run_py(new_overlay["python"], "import dfl_shadow; print(dfl_shadow.__version__)") == "3.0"
+    assert run_py(overlay["python"], "import dfl_shadow; print(dfl_shadow.__version__)") == "2.0"
+
+    # relocated venv: console scripts and sys.prefix follow the final path, not the .tmp one
+    assert run_py(new_overlay["python"], "import sys; print(sys.prefix)") == new_overlay["path"]
+
+
+@needs_uv
+def test_killed_build_is_never_trusted(tmp_path, wheels):
+    prefix = tmp_path / "prefix"
+    layers = two_layers(wheels)
+    plan = L.LayerBuilder(str(prefix), UV).plan(layers)
+    # a killed build left its tmp dir, and a directory at the final path without a marker
+    tmp_left = prefix / "layers" / f".tmp-base-{plan[0]['hash'][:12]}-dead"
+    tmp_left.mkdir(parents=True)
+    half = Path(plan[1]["path"])
+    (half / "bin").mkdir(parents=True)
+    (half / "bin" / "python").write_text("not a python")
+    items, changed, stale = L.LayerBuilder(str(prefix), UV).ensure(layers)
+    assert changed and stale == [str(tmp_left)] and not tmp_left.exists()
+    assert [i["action"] for i in items] == ["build", "build"]
+    assert (half / L.MARKER).exists()
+    assert run_py(str(half / "bin" / "python"), "import dfl_shadow; print(dfl_shadow.__version__)") == "2.0"
+
+
+@needs_uv
+def test_failed_install_leaves_nothing(tmp_path, wheels):
+    prefix = tmp_path / "prefix"
+    layers = two_layers(wheels, "dfl-shadow==9.9")  # no such wheel
+    with pytest.raises(L.LayerError, match=r"layer overlay: uv pip install failed"):
+        L.LayerBuilder(str(prefix), UV).ensure(layers)
+    names = os.listdir(prefix / "layers")
+    assert [n for n in names if n.startswith("overlay")] == []
+    assert [n for n in names if n.startswith(L.TMP_PREFIX)] == []
+    assert [n for n in names if n.startswith("base-")]  # the base was built and stays trusted
+
+
+@needs_uv
+def test_existing_venv_as_base_and_wheelhouse_install(tmp_path, wheels):
+    existing = tmp_path / "train-venv"
+    subprocess.run([UV, "venv", "--no-config", "--python", sys.executable, str(existing)], check=True,
+                   capture_output=True)
+    subprocess.run([UV, "pip", "install", "--no-config", "--offline", "--python", str(existing / "bin/python"),
+                    str(wheels / "dfl_baseonly-1.0-py3-none-any.whl")], check=True, capture_output=True)
+    prefix = tmp_path / "prefix"
+    wh = tmp_path / "wheelhouse"
+    wh.mkdir()
+    shutil.copy(wheels / "dfl_shadow-2.0-py3-none-any.whl", wh)
+    lock = {"ov": [{"name": "dfl-shadow", "version": "2.0", "filename": "dfl_shadow-2.0-py3-none-any.whl",
+                    "sha256": L.sha256_file(wh / "dfl_shadow-2.0-py3-none-any.whl")}]}
+    layers = [{"name": "train", "existing_path": str(existing)},
+              {"name": "ov", "parent": "train", "python": sys.executable, "requirements": ["dfl-shadow==2.0"]}]
+    before = snapshot(existing)
+    items, changed, _ = L.LayerBuilder(str(prefix), UV).ensure(layers, lock, str(wh))
+    assert changed
+    fact = L.layers_fact(items)
+    assert fact[0]["path"] == str(existing) and fact[0]["existing"] and not fact[0]["changed"]
+    assert snapshot(existing) == before  # the existing venv is never written to
+    got = run_py(fact[1]["python"], "import dfl_shadow, dfl_baseonly; print(dfl_shadow.__file__, dfl_baseonly.__file__)")
+    assert got.split()[0].startswith(fact[1]["path"]) and got.split()[1].startswith(str(existing))
+    # the existing venv's content is part of the hash: installing into it changes both hashes
+    subprocess.run([UV, "pip", "install", "--no-config", "--offline", "--python", str(existing / "bin/python"),
+                    str(wheels / "dfl_needs-1.0-py3-none-any.whl")], check=True, capture_output=True)
+    plan = L.LayerBuilder(str(prefix), UV).plan(layers, lock, str(wh))
+    assert plan[0]["hash"] != fact[0]["hash"] and plan[1]["hash"] != fact[1]["hash"]
+    # the wheel's sha256 is part of the hash too
+    lock2 = {"ov": [dict(lock["ov"][0], sha256="0" * 64)]}
+    assert L.LayerBuilder(str(prefix), UV).plan(layers, lock2, str(wh))[1]["hash"] != plan[1]["hash"]
+
+
+@needs_uv
+def test_prune_layers_removes_unused_and_keeps_parents(tmp_path, wheels):
+    prefix = tmp_path / "prefix"
+    b = L.LayerBuilder(str(prefix), UV)
+    first = L.layers_fact(b.ensure(two_layers(wheels))[0])
+    second = L.layers_fact(b.ensure(two_layers(wheels, "dfl-shadow==3.0"))[0])
+    manifests = [{"id": "r1", "sequence": 1, "layers": [{"path": first[1]["path"]}]},
+                 {"id": "r2", "sequence": 2, "layers": [{"path": second[1]["path"]}]}]
+    assert L.prune_layers(str(prefix), manifests, 1, check_mode=True) == [first[1]["path"]]
+    assert os.path.isdir(first[1]["path"])
+    assert L.prune_layers(str(prefix), manifests, 1) == [first[1]["path"]]
+    left = sorted(n for n in os.listdir(prefix / "layers") if not n.startswith("."))
+    # the base stays: the kept overlay's marker names it as its parent
+    assert left == sorted([os.path.basename(second[0]["path"]), os.path.basename(second[1]["path"])])
