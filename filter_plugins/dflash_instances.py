@@ -30,14 +30,14 @@ def _plain(value):
 
 
 def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, host_disabled_rules=(),
-                            protect_home=True):
+                            protect_home=True, service_user="sglang"):
     """All placement errors of one host (list of strings; empty = valid)."""
     rules = _plain(rules) or []
     errors = _di.check_rules_table(rules)
     errors += _di.validate_instances(
         str(host), _plain(instances), _plain(fingerprint), _plain(host_facts),
         [r["name"] for r in rules], _plain(host_disabled_rules) or [], bool(protect_home),
-        gpu_checker=_di.default_gpu_checker())
+        gpu_checker=_di.default_gpu_checker(), service_user=str(service_user))
     return errors
 
 

@@ -147,8 +147,21 @@ def block_size_for(inst, draft_facts):
 
 # --------------------------------------------------------------------------- validation
 
+def is_ours(listener, service_user="sglang"):
+    """A listening socket held by one of our dflash-* units.
+
+    The socket's process is mapped to its unit through /proc/<pid>/cgroup; when that process
+    cannot be read (e.g. root without CAP_SYS_PTRACE in a container), a socket owned by the
+    dedicated service user counts as ours: nothing else runs as that user.
+    """
+    unit = listener.get("unit")
+    if unit:
+        return str(unit).startswith("dflash-")
+    return bool(service_user) and listener.get("user") == service_user
+
+
 def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), host_disabled_rules=(),
-                       protect_home=True, gpu_checker=None):
+                       protect_home=True, gpu_checker=None, service_user="sglang"):
     """All placement errors for one host, each naming host, instance and field. [] = valid.
 
     host_facts: what library/dflash_instances_facts.py gathered on the host:
@@ -230,11 +243,12 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             else:
                 ports[port] = idx
             for lis in host_facts.get("listeners") or []:
-                if lis.get("port") == port and not str(lis.get("unit") or "").startswith("dflash-"):
+                if lis.get("port") == port and not is_ours(lis, service_user):
                     who = ", ".join(x for x in (
                         f"pid {lis['pid']}" if lis.get("pid") else "",
                         str(lis.get("comm") or ""),
-                        f"unit {lis['unit']}" if lis.get("unit") else "") if x)
+                        f"unit {lis['unit']}" if lis.get("unit") else "",
+                        f"user {lis['user']}" if lis.get("user") and not lis.get("unit") else "") if x)
                     add("port", f"port {port} is already listening on the host ({lis.get('addr')}:{port}"
                                 f"{', ' + who if who else ''}) and it is not one of our dflash-* units")
                     break
@@ -292,7 +306,8 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             add("ddtree.topk", f"must be a positive integer, got {topk!r}")
         if mode not in DDTREE_MODES:
             add("ddtree.mode", f"{mode!r} is not one of {', '.join(DDTREE_MODES)}")
-        if algo == "DDTREE" and _is_int(budget) and budget >= 1 and draft:
+        draft_seen = (paths.get(draft) or {}).get("exists", True) if isinstance(draft, str) else False
+        if algo == "DDTREE" and _is_int(budget) and budget >= 1 and draft and draft_seen:
             size, source = block_size_for(inst, drafts.get(draft))
             if budget + 1 > size:
                 add("ddtree.budget", f"budget {budget} + 1 (the root) = {budget + 1} verify tokens exceeds the "
@@ -749,14 +764,14 @@ def flags_report(flags):
 # --------------------------------------------------------------------------- host facts (read-only)
 
 def parse_proc_net_tcp(text, ipv6=False):
-    """Listening sockets of /proc/net/tcp{,6} -> [(port, addr, inode)]."""
+    """Listening sockets of /proc/net/tcp{,6} -> [(port, addr, inode, uid)]."""
     out = []
     for line in text.splitlines()[1:]:
         parts = line.split()
         if len(parts) < 10 or parts[3] != "0A":  # 0A = TCP_LISTEN
             continue
         addr_hex, port_hex = parts[1].rsplit(":", 1)
-        out.append((int(port_hex, 16), _hex_addr(addr_hex, ipv6), parts[9]))
+        out.append((int(port_hex, 16), _hex_addr(addr_hex, ipv6), parts[9], int(parts[7])))
     return out
 
 
@@ -796,8 +811,8 @@ def read_listeners(proc="/proc"):
     for fname, v6 in (("tcp", False), ("tcp6", True)):
         text = _read(os.path.join(proc, "net", fname))
         if text:
-            for port, addr, inode in parse_proc_net_tcp(text, v6):
-                inodes.setdefault(inode, []).append((port, addr))
+            for port, addr, inode, uid in parse_proc_net_tcp(text, v6):
+                inodes.setdefault(inode, []).append((port, addr, uid))
     owners = {}
     if inodes:
         for pid in os.listdir(proc):
@@ -820,13 +835,22 @@ def read_listeners(proc="/proc"):
         pid = owners.get(inode)
         comm = (_read(os.path.join(proc, str(pid), "comm"), "") or "").strip() if pid else None
         unit = unit_from_cgroup(_read(os.path.join(proc, str(pid), "cgroup"), "") or "") if pid else None
-        for port, addr in socks:
+        for port, addr, uid in socks:
             key = (port, addr)
             if key in seen:
                 continue
             seen.add(key)
-            out.append({"port": port, "addr": addr, "pid": pid, "comm": comm or None, "unit": unit})
+            out.append({"port": port, "addr": addr, "pid": pid, "comm": comm or None, "unit": unit,
+                        "uid": uid, "user": _user_name(uid)})
     return sorted(out, key=lambda x: (x["port"], x["addr"]))
+
+
+def _user_name(uid):
+    try:
+        import pwd
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return None
 
 
 def tmpfs_mounts(mounts_text):

@@ -160,6 +160,18 @@ def test_our_own_listener_is_not_a_conflict():
     assert any("30001 is already listening" in e for e in validate([good(port=30001)], facts=facts))
 
 
+def test_unmapped_listener_of_the_service_user_is_ours():
+    # root without CAP_SYS_PTRACE (a container) cannot read the sglang process's fds: no pid/unit
+    facts = copy.deepcopy(CT200_FACTS)
+    facts["listeners"][2] = {"port": 30001, "addr": "0.0.0.0", "pid": None, "comm": None, "unit": None,
+                             "uid": 998, "user": "sglang"}
+    assert validate([good(port=30001)], facts=facts) == []
+    facts["listeners"][2]["user"] = "www-data"
+    assert validate([good(port=30001)], facts=facts) == [
+        ("ct200: instance 'dflash-gpu1': field 'port': port 30001 is already listening on the host "
+        "(0.0.0.0:30001, user www-data) and it is not one of our dflash-* units")]
+
+
 def test_host_wide_disabled_rules_checked():
     errors = validate([good()], host_disabled_rules=["nope"])
     assert errors == [(f"ct200: field 'dflash_instances_disabled_rules': unknown rule 'nope' "
@@ -262,8 +274,9 @@ PROC_NET_TCP6 = """\
 
 
 def test_parse_proc_net_tcp():
-    assert di.parse_proc_net_tcp(PROC_NET_TCP) == [(30000, "0.0.0.0", "51234"), (30001, "127.0.0.1", "51240")]
-    assert di.parse_proc_net_tcp(PROC_NET_TCP6, ipv6=True) == [(22, "::", "9001"), (8080, "127.0.0.1", "9002")]
+    assert di.parse_proc_net_tcp(PROC_NET_TCP) == [(30000, "0.0.0.0", "51234", 0),
+                                                   (30001, "127.0.0.1", "51240", 999)]
+    assert di.parse_proc_net_tcp(PROC_NET_TCP6, ipv6=True) == [(22, "::", "9001", 0), (8080, "127.0.0.1", "9002", 0)]
 
 
 @pytest.mark.parametrize(("text", "unit"), [
@@ -291,10 +304,11 @@ def test_read_listeners_maps_sockets_to_units(tmp_path):
         os.symlink("/dev/null", d / "fd" / "0")
         (d / "comm").write_text(comm + "\n")
         (d / "cgroup").write_text(cg + "\n")
-    got = di.read_listeners(str(proc))
-    assert {"port": 30000, "addr": "0.0.0.0", "pid": 100, "comm": "python3", "unit": "ddtree-wrapper.service"} in got
-    assert {"port": 30001, "addr": "127.0.0.1", "pid": 200, "comm": "python", "unit": "dflash-gpu1.service"} in got
-    assert {"port": 22, "addr": "::", "pid": None, "comm": None, "unit": None} in got
+    got = {(x["port"], x["addr"]): x for x in di.read_listeners(str(proc))}
+    assert got[(30000, "0.0.0.0")] | {"user": None} == {"port": 30000, "addr": "0.0.0.0", "pid": 100, "comm": "python3",
+                                                        "unit": "ddtree-wrapper.service", "uid": 0, "user": None}
+    assert got[(30001, "127.0.0.1")]["unit"] == "dflash-gpu1.service" and got[(30001, "127.0.0.1")]["uid"] == 999
+    assert got[(22, "::")]["pid"] is None and got[(22, "::")]["unit"] is None
 
 
 @pytest.mark.parametrize(("cfg", "want"), [
