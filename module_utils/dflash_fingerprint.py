@@ -236,14 +236,20 @@ def smi_error(text) -> str | None:
     return None
 
 
+_UNREACHABLE = re.compile(
+    r"Unable to determine the device handle for\s*(?:GPU)?\s*(?:(\d+)\s*:\s*)?"
+    r"(?:((?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:?)?\s*([^\n]*)")
+
+
 def unreachable_gpus(text) -> list[dict]:
-    """'Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error' lines."""
+    """'Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error' (also the older
+    'for GPU0000:3B:00.0: Unknown Error' and 'for GPU 0: Unknown Error') -> [{index, pci_bus_id, problem}]."""
     out = []
-    for m in re.finditer(r"Unable to determine the device handle for (?:GPU\s*)?([0-9A-Fa-f:.]+):?\s*([^\n]*)",
-                         text or ""):
-        out.append({"pci_bus_id": norm_bus_id(m.group(1)), "problem":
-                    "Unable to determine the device handle" + (f": {m.group(2).strip()}" if m.group(2).strip()
-                                                               else "")})
+    for m in _UNREACHABLE.finditer(text or ""):
+        index, bus, reason = m.groups()
+        reason = reason.strip().lstrip(":").strip()
+        out.append({"index": int(index) if index is not None else None, "pci_bus_id": norm_bus_id(bus),
+                    "problem": "Unable to determine the device handle" + (f": {reason}" if reason else "")})
     return out
 
 
@@ -356,9 +362,9 @@ def parse_smi_table(text) -> dict:
            "error": smi_error(text), "unreachable": unreachable_gpus(text)}
     if not text:
         return out
-    m = re.search(r"Driver Version:\s*([0-9.]+)", text)
+    m = re.search(r"(?:Driver|KMD) Version:\s*([0-9.]+)", text)
     out["driver_version"] = m.group(1) if m else None
-    m = re.search(r"CUDA Version:\s*([0-9.]+|N/A)", text)
+    m = re.search(r"CUDA (?:UMD )?Version:\s*([0-9.]+|N/A)", text)
     out["cuda_version"] = _clean(m.group(1)) if m else None
     lines = text.splitlines()
     in_procs = False
@@ -537,8 +543,11 @@ def fingerprint_from_raw(raw: dict) -> dict:
             g["problems"].append(t["problem"])
     for u in (table or {}).get("unreachable", []) + unreachable_gpus(query_text) + \
             unreachable_gpus(raw.get("nvidia-smi-q.xml")):
-        g = slot(u["pci_bus_id"])
-        g["problems"].append(u["problem"])
+        g = slot(u["pci_bus_id"], u["index"])
+        if g["index"] is None:
+            g["index"] = u["index"]
+        if u["problem"] not in g["problems"]:
+            g["problems"].append(u["problem"])
 
     # Processes: compute-apps CSV (by uuid) > XML (per GPU) > table (by index).
     by_uuid = {}
