@@ -1,0 +1,51 @@
+"""The real H200 capture (bench/gpu/capture_h200.sh, committed to tests/fixtures/captures/h200/).
+
+Skipped only while that folder is absent."""
+
+from pathlib import Path
+
+import dflash_fingerprint as fpm
+import pytest
+
+H200 = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "h200"
+
+pytestmark = pytest.mark.skipif(not (H200 / "nvidia-smi-query.csv").is_file() and not (H200 / "nvidia-smi.txt").is_file(),
+                                reason="H200 capture not committed yet (run bench/gpu/capture_h200.sh on the GPU machine)")
+
+
+@pytest.fixture(scope="module")
+def fp():
+    return fpm.fingerprint_from_raw(fpm.read_capture(H200))
+
+
+def test_h200_gpu(fp):
+    assert fp["gpu_count"] == 1
+    g = fp["gpus"][0]
+    assert g["name"] == "NVIDIA H200"
+    assert g["sm"] == "9.0"
+    assert g["arch"] == "hopper"
+    assert g["memory_total_mib"] == 143771
+    assert g["healthy"] is True
+
+
+def test_h200_driver_and_torch(fp):
+    assert fp["driver_version"] == "580.159.04"
+    assert fp["driver_cuda_version"] == "13.0"
+    assert fp["torch"]["version"] == "2.11.0+cu130"
+    assert fp["torch"]["cuda"] == "13.0"
+    assert fp["torch"]["available"] is True
+
+
+def test_h200_every_source_agrees(fp):
+    raw = fpm.read_capture(H200)
+    # The plain table alone and the XML alone give the same GPU facts as the CSV.
+    for only in ("nvidia-smi.txt", "nvidia-smi-q.xml"):
+        if only in raw:
+            sub = fpm.fingerprint_from_raw({only: raw[only]})
+            assert sub["gpus"][0]["sm"] == "9.0"
+            assert sub["gpus"][0]["memory_total_mib"] == 143771
+            assert sub["driver_version"] == "580.159.04"
+
+
+def test_h200_gate_cu130_layer_passes(fp):
+    assert fpm.check_driver_compat(fp, [{"name": "serve", "cuda": "13.0"}], host="h200") == []
