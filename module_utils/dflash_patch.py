@@ -608,11 +608,32 @@ def pack_src(src, out_dir):
                 os.unlink(tmp)
     return {
         "archive": archive,
+        "manifest": src_manifest(hashes, version, root),
         "content_sha256": content_sha,
         "sglang_version": version,
         "file_count": len(rels),
         "src": root,
         "changed": changed,
+    }
+
+
+def src_manifest(file_hashes, version, src_label=None):
+    """The manifest of a tree shipped from a user's checkout."""
+    content_sha256 = sha256_bytes(files_listing(file_hashes))
+    thash = tree_hash_for_src(content_sha256)
+    return {
+        "format": MANIFEST_FORMAT,
+        "name": tree_name(version, thash),
+        "hash": thash,
+        "source": "src",
+        "sglang_version": version,
+        "wheel": None,
+        "src": {"path": src_label, "content_sha256": content_sha256},
+        "patches": [],
+        # a user's checkout: every file is recorded, since any of them may carry their changes
+        "files": {p: {"sha256": file_hashes[p], "pristine_sha256": None} for p in sorted(file_hashes)},
+        "file_count": len(file_hashes),
+        "tree_sha256": content_sha256,
     }
 
 
@@ -640,21 +661,7 @@ def plan_src_archive(archive, content_sha256, src_label=None):
         if found:
             version = found
             break
-    thash = tree_hash_for_src(content_sha256)
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "name": tree_name(version, thash),
-        "hash": thash,
-        "source": "src",
-        "sglang_version": version,
-        "wheel": None,
-        "src": {"path": src_label, "content_sha256": content_sha256},
-        "patches": [],
-        # a user's checkout: every file is recorded, since any of them may carry their changes
-        "files": {p: {"sha256": file_hashes[p], "pristine_sha256": None} for p in sorted(file_hashes)},
-        "file_count": len(file_hashes),
-        "tree_sha256": actual,
-    }
+    manifest = src_manifest(file_hashes, version, src_label)
     return {
         "manifest": manifest,
         "wheel": None,

@@ -22,6 +22,10 @@ from sglang_wheel import PATCH_DIR, pinned_sha256, sglang_wheel
 
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
+# this issue's patches: they register DDTREE and come first; the DDTree algorithm patches follow
+# them in the series and replace the refusal hook (and the budget rule) on purpose, so what the
+# registration does is checked on the series prefix that ends with them.
+REGISTRATION = ["0001-ddtree-register-algorithm.patch", "0002-ddtree-server-args.patch"]
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +53,26 @@ def built(wheel, series, tmp_path_factory):
 
 def tree_file(built, rel):
     return os.path.join(built["tree"]["path"], rel)
+
+
+@pytest.fixture(scope="session")
+def registration(wheel, series, tmp_path_factory):
+    """The files as the registration patches leave them (dry run in memory, written out for import)."""
+    assert [p["name"] for p in series[: len(REGISTRATION)]] == REGISTRATION
+    plan = dp.plan_wheel(wheel, pinned_sha256(), series[: len(REGISTRATION)])
+    dp.close_plan(plan)
+    root = tmp_path_factory.mktemp("registration")
+    for rel, data in plan["contents"].items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return {"tree": {"path": str(root)}, "manifest": plan["manifest"]}
+
+
+def load_spec_info(tree, name):
+    spec = importlib.util.spec_from_file_location(name, tree_file(tree, SPEC_INFO))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def snapshot(path):
@@ -114,16 +138,15 @@ def test_patched_files_compile_under_this_python(built):
 
 
 @pytest.fixture(scope="session")
-def spec_info(built):
-    """The patched spec_info.py, executed for real (it imports only the standard library at runtime)."""
-    spec = importlib.util.spec_from_file_location("patched_spec_info", tree_file(built, SPEC_INFO))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def spec_info(registration):
+    """spec_info.py as registered, executed for real (it imports only the standard library at runtime)."""
+    return load_spec_info(registration, "registered_spec_info")
 
 
-def test_ddtree_counts_as_dflash(spec_info):
-    algo = spec_info.SpeculativeAlgorithm
+@pytest.mark.parametrize("which", ["registration", "built"])
+def test_ddtree_counts_as_dflash(which, request):
+    # with the registration patches alone and with the whole series (algorithm included)
+    algo = load_spec_info(request.getfixturevalue(which), f"spec_info_{which}").SpeculativeAlgorithm
     assert algo.from_string("DDTREE") is algo.DDTREE
     assert algo.from_string("ddtree") is algo.DDTREE
     assert algo.DDTREE.is_dflash() and algo.DDTREE.is_ddtree() and algo.DDTREE.is_speculative()
@@ -146,8 +169,9 @@ def _server_args_ast(built):
     return ast.parse(Path(tree_file(built, SERVER_ARGS)).read_bytes())
 
 
-def test_server_args_declares_the_ddtree_fields_and_flags(built):
-    tree = _server_args_ast(built)
+@pytest.mark.parametrize("which", ["registration", "built"])
+def test_server_args_declares_the_ddtree_fields_and_flags(which, request):
+    tree = _server_args_ast(request.getfixturevalue(which))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
     fields = {
         n.target.id: ast.literal_eval(n.value)
@@ -181,13 +205,13 @@ def test_server_args_declares_the_ddtree_fields_and_flags(built):
 
 
 @pytest.fixture()
-def ddtree_validator(built, spec_info, monkeypatch):
+def ddtree_validator(registration, spec_info, monkeypatch):
     """ServerArgs._handle_ddtree_args from the patched server_args.py, run on a stand-in `self`.
 
     server_args.py needs torch/transformers to import; the method itself only needs
     DDTREE_MODE_CHOICES and the spec_info hook, so it is compiled out of the real file and run.
     """
-    tree = _server_args_ast(built)
+    tree = _server_args_ast(registration)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
     func = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_handle_ddtree_args")
     choices = next(
@@ -264,11 +288,12 @@ def test_removing_the_series_gives_back_pristine_files(wheel, series, tmp_path):
     # every file, the formerly patched ones included, is byte-identical to the wheel's RECORD
     assert found == {p: h for p, h in record.items() if p.startswith("sglang/")}
     assert pristine["manifest"]["patches"] == [] and pristine["manifest"]["files"] == {}
-    # dropping only the last patch: its file is pristine again, the first patch's file is not
+    # keeping only the first patch: the files only later patches touched are pristine again
     partial = build(wheel, series[:1], tmp_path)
     found = dp.scan_tree(partial["tree"]["path"])
     assert found[SERVER_ARGS] == record[SERVER_ARGS]
-    assert found[SPEC_INFO] == patched["manifest"]["files"][SPEC_INFO]["sha256"]
+    assert found[SPEC_INFO] == partial["manifest"]["files"][SPEC_INFO]["sha256"] != record[SPEC_INFO]
+    assert set(partial["manifest"]["files"]) == {SPEC_INFO}
     # the patched tree is still there for the releases that use it (pruning is the release role's)
     assert dp.verify_tree(patched["tree"]["path"]) == (True, "matches its manifest")
 
