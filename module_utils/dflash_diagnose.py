@@ -666,7 +666,18 @@ class _Scan:
 WARNING_LINE_RE = re.compile(r"\bWARN(?:ING)?\b|UserWarning|warnings\.warn|\bW\d{4} ")
 
 
+# Lines that report an error the program deliberately ignores (sglang skips model classes whose
+# imports fail; vLLM falls back to slower kernels): never a cause.
+NONFATAL_LINE_RE = re.compile(
+    r"Ignore import error|\bignor(?:e|ed|ing)\b[^\n]{0,40}\berror|Falling back to|falls? back to"
+    r"|will be disabled|is not available\. Fall",
+    re.IGNORECASE,
+)
+
+
 def _match_line(line: _Line) -> list[_Match]:
+    if NONFATAL_LINE_RE.search(line.raw):
+        return []
     found = []
     warning = WARNING_LINE_RE.search(line.raw) is not None
     for rule in RULES:
@@ -987,6 +998,13 @@ def _first_generic_failure(lines: list[_Line]) -> _Line | None:
     return None
 
 
+def _first_traceback(lines: list[_Line]) -> _Line | None:
+    for ln in lines:
+        if "Traceback (most recent call last)" in ln.raw or "hit an exception" in ln.raw:
+            return ln
+    return None
+
+
 def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None) -> dict:
     """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}."""
     lines = _split_lines(text or "")
@@ -1041,6 +1059,12 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
             result["remedy"] = ("read the evidence line and the lines before it; rerun the server in the "
                                 "foreground to see the full traceback")
             result["evidence"] = [_clip(generic.raw)]
+        elif (tb := _first_traceback(lines)) is not None and not healthy:
+            result["summary"] = (f"a traceback starts at line {tb.index + 1} of {source} but the log ends "
+                                 "before its error line (log cut short?)")
+            result["remedy"] = ("read the full journal of the unit (journalctl -u <unit> --no-pager) or "
+                                "rerun the server in the foreground to see the exception")
+            result["evidence"] = [_clip(tb.raw)]
         else:
             state = "the server reported ready" if healthy else "no error line"
             result["summary"] = f"no failure found in {source} ({len(lines)} lines; {state})"
