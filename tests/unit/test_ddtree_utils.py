@@ -194,6 +194,14 @@ def test_flat_mask_layout_batch(dd):
         for q in range(w):
             allowed = {k for k in range(w) if block[q, p + k]}
             assert allowed == ancestors(parents[b].tolist(), q)
+    # the ancestor sets precomputed while packing (bit masks) are the same, also beyond 62 slots
+    anc = torch.cat([batch.ancestors, chain.ancestors])
+    assert torch.equal(anc, dd.ancestor_matrix(parents))
+    assert torch.equal(
+        dd.build_tree_attention_mask(parents, torch.tensor(prefix), prefix, ancestors=anc), flat
+    )
+    wide = dd.build_tree_batch([1], lp[:1], tk[:1], budget=70, topk=4)
+    assert wide.width == 71 and torch.equal(wide.ancestors, dd.ancestor_matrix(wide.parents))
     # the chain tree gives the causal mask DFlash uses (padding apart)
     n = chain.num_nodes[0] + 1
     block = flat[-w * (11 + w) :].view(w, 11 + w)[:n, 11 : 11 + n]

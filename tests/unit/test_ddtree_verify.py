@@ -258,7 +258,9 @@ def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth
         tree=tree,
     )
     vi.prepare_for_verify(batch, 1, build_custom_mask=False)
-    vi.custom_mask = du.build_tree_attention_mask(tree.parents, batch.seq_lens, batch.seq_lens_cpu.tolist())
+    vi.custom_mask = du.build_tree_attention_mask(
+        tree.parents, batch.seq_lens, batch.seq_lens_cpu.tolist(), ancestors=tree.ancestors
+    )
     assert batch.out_cache_loc.numel() == bs * width
     verify_locs = batch.out_cache_loc.clone()
 
