@@ -232,12 +232,14 @@ def smi_error(text) -> str | None:
     for pattern, message in _ERROR_PATTERNS:
         m = re.search(pattern, head)
         if m:
-            return message.format(*(g.strip() for g in m.groups()))
+            out = message.format(*(g.strip() for g in m.groups()))
+            lib = re.search(r"NVML library version:\s*([0-9.]+)", head)
+            return out + (f"; NVML library {lib.group(1)}" if lib else "")
     return None
 
 
 _UNREACHABLE = re.compile(
-    r"Unable to determine the device handle for\s*(?:GPU)?\s*(?:(\d+)\s*:\s*)?"
+    r"Unable to determine the device handle for\s*(?:GPU)?\s*(?:(\d{1,3})\s*:(?![0-9A-Fa-f]{2}[:.])\s*)?"
     r"(?:((?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:?)?\s*([^\n]*)")
 
 
@@ -318,8 +320,11 @@ def parse_smi_xml(text) -> dict:
         el = node.find(path)
         return el.text.strip() if el is not None and el.text else None
 
-    out = {"driver_version": _clean(txt(root, "driver_version")),
-           "cuda_version": _clean(txt(root, "cuda_version")), "gpus": []}
+    cuda = txt(root, "cuda_version")
+    out = {"driver_version": _clean(txt(root, "driver_version")), "cuda_version": _clean(cuda),
+           "cuda_na": cuda is not None and (_clean(cuda) is None or not re.match(r"^\d", cuda)), "gpus": []}
+    if out["cuda_na"]:
+        out["cuda_version"] = None
     for pos, g in enumerate(root.findall("gpu")):
         bus = norm_bus_id(g.get("id")) or norm_bus_id(txt(g, "pci/pci_bus_id"))
         values = [el.text.strip() for el in g.iter() if el.text and el.text.strip()]
@@ -366,6 +371,7 @@ def parse_smi_table(text) -> dict:
     out["driver_version"] = m.group(1) if m else None
     m = re.search(r"CUDA (?:UMD )?Version:\s*([0-9.]+|N/A)", text)
     out["cuda_version"] = _clean(m.group(1)) if m else None
+    out["cuda_na"] = bool(m) and out["cuda_version"] is None
     lines = text.splitlines()
     in_procs = False
     current = None
@@ -602,11 +608,17 @@ def fingerprint_from_raw(raw: dict) -> dict:
     driver_cuda = (xml and xml.get("cuda_version")) or (table and table["cuda_version"])
     if driver_cuda is None and driver:
         inferred = cuda_of_driver(driver)
+        cuda_na = bool((table and table.get("cuda_na")) or (xml and xml.get("cuda_na")))
         if inferred:
             driver_cuda = inferred
-            problems.append(f"driver CUDA version not reported (CUDA Version: N/A); inferred {inferred} "
-                            f"from driver {driver}")
+        if inferred and not cuda_na:
+            sources.append(f"driver_cuda_version inferred from driver branch {vtuple(driver)[0]}")
+        elif inferred:
+            problems.append(f"nvidia-smi prints CUDA Version: N/A (libcuda missing or not visible: torch "
+                            f"cannot use the GPUs); CUDA {inferred} assumed from driver {driver}")
 
+    if proc_driver and not (query or (xml and xml["gpus"]) or (table and table["gpus"])):
+        smi_errors = [e + f"; kernel module {proc_driver}" if "mismatch" in e else e for e in smi_errors]
     problems.extend(smi_errors)
     if not any(k in raw for k in ("nvidia-smi.txt", "nvidia-smi-query.csv", "nvidia-smi-q.xml")) \
             and not smi_errors:
@@ -981,6 +993,12 @@ def check_driver_compat(fingerprint: dict, layers: list, host: str = "host",
     driver = fp.get("driver_version")
     driver_cuda = fp.get("driver_cuda_version")
     gpus = [g for g in fp.get("gpus", []) if g.get("index") is not None]
+    needing = [(layer.get("name", "?") if isinstance(layer, dict) else "?") for layer in layers or []
+               if layer_cuda(layer)]
+    if needing and not gpus:
+        why = "; ".join(fp.get("problems") or []) or "nvidia-smi listed none"
+        errors.append(f"{host}: no usable NVIDIA GPU ({why}), but layer(s) {', '.join(needing)} install CUDA "
+                      f"wheels (driver {driver or 'unknown'}, CUDA {driver_cuda or 'unknown'})")
     for layer in layers or []:
         cuda = layer_cuda(layer)
         if not cuda:
