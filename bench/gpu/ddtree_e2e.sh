@@ -11,10 +11,10 @@
 #   4. tok/s DDTREE vs DFLASH with the oracle at matched acceptance, budget 7/15/31 x top-k 1/4/8.
 #
 # Needs, in the repository root on the GPU machine: .gpu/site.tar.xz (the sglang 0.5.11 bundle from
-# /work/shared/gpu/build_bundle.sh; pass `carry: [".gpu"]`), python3.12 with torch (the image's
+# /work/shared/gpu/build_bundle.sh; carry it), python3.12 with torch (the image's
 # /opt/torch/.venv). The patch series of files/patches/sglang/0.5.11 is applied to a copy of the
 # bundle's sglang with module_utils/dflash_patch.py and put first on PYTHONPATH.
-# Lead's command:  run(command="bash bench/gpu/ddtree_e2e.sh", carry=[".gpu"], timeout_s=600)
+# Lead's command:  run(command="bash bench/gpu/ddtree_e2e.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ddtree-out}
