@@ -379,3 +379,20 @@ def test_nccl_warn_in_a_healthy_log_is_no_failure():
     )
     r = diagnose_text(log)
     assert r["cause"] == "unknown" and "no failure found" in r["summary"]
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(sys.prefix, "bin", "ansible")), reason="ansible not in venv")
+def test_module_log_text_fail_on_cause():
+    text = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
+    out = subprocess.run(
+        [os.path.join(sys.prefix, "bin", "ansible"), "localhost", "-m", "sglang_diagnose", "-a",
+         json.dumps({"log_text": text, "fail_on_cause": True})],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode != 0
+    marker = "localhost | FAILED! => "
+    assert marker in out.stdout, out.stdout
+    res = json.loads(out.stdout.split(marker, 1)[1])
+    assert res["cause"] == "cuda_oom" and res["failed"] is True
+    assert "raise `--mem-fraction-static`" in res["remedy"]
