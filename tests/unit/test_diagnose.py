@@ -394,5 +394,5 @@ def test_module_log_text_fail_on_cause():
     marker = "localhost | FAILED! => "
     assert marker in out.stdout, out.stdout
     res = json.loads(out.stdout.split(marker, 1)[1])
-    assert res["cause"] == "cuda_oom" and res["failed"] is True
+    assert res["cause"] == "cuda_oom" and res["msg"].startswith("cuda_oom: ")
     assert "raise `--mem-fraction-static`" in res["remedy"]
