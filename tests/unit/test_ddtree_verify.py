@@ -151,7 +151,10 @@ def sg(tree_files):
         "sglang.srt.speculative.dflash_worker": _module(
             "sglang.srt.speculative.dflash_worker", DFlashWorker=object
         ),
-        "sglang.srt.distributed": _module("sglang.srt.distributed", get_tp_group=None),
+        "sglang.srt.distributed": _module(
+            "sglang.srt.distributed",
+            get_tp_group=lambda: types.SimpleNamespace(world_size=1, broadcast=lambda t, src=0: t),
+        ),
     }
     sys.modules.update(stand_ins)
     mods = {}
@@ -342,3 +345,56 @@ def test_verify_request_finishing_mid_path(sg):
     s = run_step(sg, [[5, 6, 7], [2, 3]], [[11], [1]], [3, 40], ranks=[0, 0, 0, 0])
     assert int(s.res[1][0]) == 2 and int(s.res[1][1]) == 5
     check_step(s, [1, 4])
+
+
+class Sampling:
+    """The SamplingBatchInfo fields the verify path reads (one entry per request)."""
+
+    def __init__(self, temperatures, top_ks, top_ps):
+        self.temperatures = torch.tensor(temperatures, dtype=torch.float).view(-1, 1)
+        self.top_ks = torch.tensor(top_ks, dtype=torch.int32)
+        self.top_ps = torch.tensor(top_ps, dtype=torch.float)
+        self.is_all_greedy = all(k == 1 for k in top_ks)
+        self.has_custom_logit_processor = False
+        self.penalizer_orchestrator = types.SimpleNamespace(is_required=False)
+        self.logit_bias = None
+
+    def __len__(self):
+        return self.top_ks.numel()
+
+
+def test_sampling_per_slot(sg):
+    sample = sg.ddtree_worker._sample_per_slot
+    torch.manual_seed(0)
+    logits = torch.log(torch.tensor([[0.7, 0.2, 0.1, 0.0]] * 3 + [[0.1, 0.1, 0.5, 0.3]] * 3))
+    # request 0 greedy (top-k 1), request 1 sampled with top-p 0.75 (keeps tokens 2 and 3 only)
+    info = Sampling([1.0, 1.0], [1, -1], [1.0, 0.75])
+    draws = torch.stack([sample(logits, info, 3) for _ in range(400)])
+    assert (draws[:, :3] == 0).all()  # greedy rows: the argmax, always
+    seen = draws[:, 3:].reshape(-1)
+    assert set(seen.tolist()) == {2, 3}
+    share = (seen == 2).float().mean().item()
+    assert abs(share - 0.5 / 0.8) < 0.06  # renormalised over the kept tokens
+
+
+def test_verify_with_sampling_is_the_target_walk(sg, monkeypatch):
+    """Non-greedy: the tokens drawn per slot are walked through the tree like greedy ones."""
+    drawn = {}
+
+    def fake_sample(logits, sampling_info, width):
+        out = torch.argmax(logits, dim=-1)  # this toy target is deterministic
+        drawn["n"] = int(out.numel())
+        return out
+
+    monkeypatch.setattr(sg.ddtree_worker, "_sample_per_slot", fake_sample)
+    orig_init = Batch.__init__
+
+    def init(self, *a, **k):
+        orig_init(self, *a, **k)
+        self.sampling_info = Sampling([0.7] * len(self.reqs), [20] * len(self.reqs), [0.9] * len(self.reqs))
+
+    monkeypatch.setattr(Batch, "__init__", init)
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    assert drawn["n"] == 2 * s.width  # one draw per verify slot
+    check_step(s, [s.res[3][0], s.res[3][1]])
+    assert min(s.res[3]) >= 2
