@@ -189,17 +189,24 @@ class Server:
         out = json.loads(urllib.request.urlopen(req, timeout=timeout).read())
         return out, time.time() - t
 
-    def stop(self):
-        if self.proc is None:
-            return
+
+def stop_all(servers, grace_s=15):
+    """SIGTERM every server at once, SIGKILL what is still there after grace_s (bounded total time)."""
+    live = [s for s in servers if s.proc is not None and s.proc.poll() is None]
+    for s in live:
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
+            os.killpg(s.proc.pid, signal.SIGTERM)
+        except OSError as e:
+            print(f"[{s.name}] term: {e}", flush=True)
+    end = time.time() + grace_s
+    while time.time() < end and any(s.proc.poll() is None for s in live):
+        time.sleep(0.5)
+    for s in live:
+        if s.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(s.proc.pid, signal.SIGKILL)
             except OSError as e:
-                print(f"[{self.name}] kill: {e}", flush=True)
+                print(f"[{s.name}] kill: {e}", flush=True)
 
 
 def write_oracle(path, reference, ranks, topk=None):
@@ -486,8 +493,7 @@ def run(args):
             save()
         write_oracle(oracle_path, reference, [])
     finally:
-        for s in servers:
-            s.stop()
+        stop_all(servers)
         save()
         print(f"[run] done in {round(time.time() - t_begin, 1)} s -> {out}/summary.md", flush=True)
 
