@@ -51,7 +51,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-results: {description: Per instance record (generation, speculative, lab_standin, error)., type: dict,
+instances: {description: Per instance record (generation, speculative, lab_standin, error)., type: dict,
   returned: always}
 failed_instances: {description: Names that failed., type: list, returned: always}
 """
@@ -89,14 +89,14 @@ def main():
     where = (p["host"] + ": ") if p["host"] else ""
     if p["release_dir"] and module.check_mode:
         module.exit_json(changed=False, msg="check mode: the instances are not restarted nor tested",
-                         failed_instances=[], instances={}, results={})
+                         failed_instances=[], instances={})
     if p["release_dir"]:
         try:
             p["instances"] = load_manifest_instances(p["release_dir"], p["names"])
         except SmokeError as exc:
             module.fail_json(msg=f"{where}{exc}")
     if module.check_mode:
-        module.exit_json(changed=False, results={}, failed_instances=[], msg="not run in check mode")
+        module.exit_json(changed=False, instances={}, failed_instances=[], msg="not run in check mode")
     results, failed, msgs = {}, [], []
     for i, item in enumerate(p["instances"]):
         name = item.get("name")
@@ -116,7 +116,7 @@ def main():
         results[name] = rec
         if p["record_dir"]:
             merge_record(p["record_dir"], name, "smoke", rec)
-    out = {"changed": bool(p["record_dir"]), "results": results, "failed_instances": failed}
+    out = {"changed": bool(p["record_dir"]), "instances": results, "failed_instances": failed}
     if failed:
         module.fail_json(msg="; ".join(msgs), **out)
     module.exit_json(**out)

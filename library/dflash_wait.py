@@ -146,7 +146,10 @@ def main():
     if p["restart"]:
         # a unit that cannot even start (missing EnvironmentFile, bad ExecStart) makes this fail;
         # the poll below sees the unit state and the journal says why
-        rc, _out, err = module.run_command([systemctl, "restart", "--"] + [i["unit"] for i in insts])
+        units = [i["unit"] for i in insts]
+        # a new release deserves a fresh start: clear a failed state and the start-rate limit
+        module.run_command([systemctl, "reset-failed", "--"] + units)
+        rc, _out, err = module.run_command([systemctl, "restart", "--"] + units)
         restart_out = {"rc": rc, "stderr": err.strip()[-2000:]}
 
     def show(unit):

@@ -543,6 +543,8 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
         result["created"] = True
         if not check_mode:
             write_release(prefix, manifest, env_texts)
+    if cur == rid:
+        result["previous"] = manifest.get("previous")
     result.update(
         status=(load_statuses(prefix, [rid]).get(rid) or {}).get("status", "unknown"),
         id=rid,
@@ -616,7 +618,13 @@ def listing(prefix: str) -> dict:
         }
         for m in ordered
     ]
-    return {"releases": rows, "current": cur, "problems": problems}
+    lines = [
+        f"{row['id']}  seq {row['sequence']}  {row['created']}  {row['status']}"
+        f"  rev {str(row['revision'])[:12]}{'-dirty' if row['dirty'] else ''}"
+        f"  [{', '.join(row['instances'])}]{'  <- current' if row['current'] else ''}"
+        for row in rows
+    ]
+    return {"releases": rows, "current": cur, "problems": problems, "lines": lines}
 
 
 def plan_rollback(prefix: str, rollback_to: str | None = None) -> dict:
