@@ -16,8 +16,9 @@ description:
 options:
   prefix: {description: dflash prefix on the host (layers live in prefix/layers)., type: path, required: true}
   layers: {description: The dflash_venv_layers list., type: list, elements: dict, required: true}
-  action: {description: "ensure (build/reuse), inspect (validate + interpreter facts) or prune (remove
-            layers that the kept releases do not use).", type: str, choices: [ensure, inspect, prune],
+  action: {description: "ensure (build/reuse), inspect (validate + interpreter facts), prune (remove
+            layers that the kept releases do not use) or missing_wheels (which locked wheels the host
+            wheelhouse lacks; reads only).", type: str, choices: [ensure, inspect, prune, missing_wheels],
            default: ensure}
   manifests: {description: "prune: the kept release manifests (each with layers: [{path}] and/or venv).",
               type: list, elements: dict, default: []}
@@ -38,6 +39,7 @@ RETURN = r"""
 layers: {description: "The dflash_layers fact: [{name, path, hash, parent, python, changed, ...}], final last.",
          returned: always, type: list}
 interpreters: {description: Per layer, the interpreter facts (action=inspect)., returned: inspect, type: dict}
+missing: {description: Wheel filenames to push (action=missing_wheels)., returned: missing_wheels, type: list}
 removed: {description: Layer directories removed (action=prune)., returned: prune, type: list}
 removed_tmp: {description: Leftover .tmp build directories removed., returned: ensure, type: list}
 """
@@ -48,6 +50,7 @@ from ansible.module_utils.dflash_layers import (
     LayerError,
     inspect_interpreter,
     layers_fact,
+    missing_wheels,
     normalise_layer,
     prune_layers,
     validate_layers,
@@ -59,7 +62,8 @@ def main():
         argument_spec={
             "prefix": {"type": "path", "required": True},
             "layers": {"type": "list", "elements": "dict", "default": []},
-            "action": {"type": "str", "choices": ["ensure", "inspect", "prune"], "default": "ensure"},
+            "action": {"type": "str", "choices": ["ensure", "inspect", "prune", "missing_wheels"],
+                       "default": "ensure"},
             "manifests": {"type": "list", "elements": "dict", "default": []},
             "keep": {"type": "int", "default": 0},
             "protect": {"type": "list", "elements": "path", "default": []},
@@ -74,6 +78,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p["action"] == "missing_wheels":
+        wanted = [w for entries in (p["wheel_locks"] or {}).values() for w in entries]
+        missing = missing_wheels(p["wheelhouse"], wanted)
+        module.exit_json(changed=False, missing=missing, layers=[])
     if p["action"] == "prune":
         removed = prune_layers(p["prefix"], p["manifests"], p["keep"], p["protect"], module.check_mode)
         module.exit_json(changed=bool(removed), removed=removed, layers=[])

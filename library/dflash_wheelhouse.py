@@ -22,6 +22,8 @@ options:
   uv_command: {description: The controller's uv command (argv list)., type: list, elements: str, default: [uv]}
   uv_version: {description: Pinned uv version to lock and extract for the host., type: str}
   uv_target: {description: "{arch, glibc} of the host for the uv binary.", type: dict}
+  bundle: {description: "Wheel filenames (in dir/files) to pack into one tar under dir/push/ for a single
+           push; returned as bundle_path.", type: list, elements: str}
 author: dflash-deploy
 """
 
@@ -29,6 +31,7 @@ RETURN = r"""
 locks: {description: Per layer name the locked wheels., returned: always, type: dict}
 files: {description: Sorted unique wheel filenames the host needs., returned: always, type: list}
 downloaded: {description: Wheels downloaded by this run., returned: always, type: list}
+bundle_path: {description: Controller path of the tar of the wheels to push., returned: with bundle, type: str}
 uv_binary: {description: Controller path of the extracted uv binary., returned: with uv_version, type: str}
 """
 
@@ -37,6 +40,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_layers import (
     LayerError,
+    bundle_wheels,
     ensure_wheelhouse,
     extract_uv_binary,
     normalise_layer,
@@ -54,11 +58,15 @@ def main():
             "uv_command": {"type": "list", "elements": "str", "default": ["uv"]},
             "uv_version": {"type": "str"},
             "uv_target": {"type": "dict"},
+            "bundle": {"type": "list", "elements": "str"},
         },
         required_by={"uv_version": ["uv_target"]},
         supports_check_mode=True,
     )
     p = module.params
+    if p["bundle"]:
+        path = bundle_wheels(os.path.join(p["dir"], "files"), p["bundle"], os.path.join(p["dir"], "push"))
+        module.exit_json(changed=False, bundle_path=path)
     if p["layers"]:
         errors = validate_layers(p["layers"])
         if errors:

@@ -840,3 +840,33 @@ def extract_uv_binary(wheel_path, dest):
     os.chmod(part, 0o755)
     os.rename(part, dest)
     return True
+
+
+def missing_wheels(wheelhouse, wheels):
+    """Filenames of ``wheels`` ([{filename, sha256}]) that ``wheelhouse`` lacks or holds with another
+    sha256 (what must be pushed). Reads only."""
+    out = []
+    for w in sorted({w["filename"]: w for w in wheels}.values(), key=lambda w: w["filename"]):
+        path = os.path.join(wheelhouse, w["filename"])
+        if not os.path.isfile(path) or sha256_file(path) != w["sha256"]:
+            out.append(w["filename"])
+    return out
+
+
+def bundle_wheels(files_dir, filenames, bundle_dir):
+    """One uncompressed tar of the given wheels (wheels are zips already) for a single push;
+    named by the content so a repeated push reuses it. Returns its path."""
+    import tarfile
+
+    names = sorted(set(filenames))
+    key = _sha256_json([[n, os.path.getsize(os.path.join(files_dir, n))] for n in names])[:16]
+    dest = os.path.join(bundle_dir, f"push-{key}.tar")
+    if os.path.exists(dest):
+        return dest
+    os.makedirs(bundle_dir, exist_ok=True)
+    part = f"{dest}.part-{secrets.token_hex(4)}"
+    with tarfile.open(part, "w") as tar:
+        for n in names:
+            tar.add(os.path.join(files_dir, n), arcname=n)
+    os.rename(part, dest)
+    return dest

@@ -443,3 +443,23 @@ def test_prune_layers_removes_unused_and_keeps_parents(tmp_path, wheels):
     left = sorted(n for n in os.listdir(prefix / "layers") if not n.startswith("."))
     # the base stays: the kept overlay's marker names it as its parent
     assert left == sorted([os.path.basename(second[0]["path"]), os.path.basename(second[1]["path"])])
+
+
+def test_missing_wheels_and_one_tar_push(tmp_path, wheels):
+    import tarfile
+
+    files = tmp_path / "files"
+    files.mkdir()
+    for n in ("dfl_shadow-1.0-py3-none-any.whl", "dfl_baseonly-1.0-py3-none-any.whl"):
+        shutil.copy(wheels / n, files / n)
+    lock = [{"filename": n, "sha256": L.sha256_file(files / n)} for n in sorted(os.listdir(files))]
+    host = tmp_path / "host-wheelhouse"
+    host.mkdir()
+    assert L.missing_wheels(str(host), lock + lock[:1]) == sorted(os.listdir(files))
+    tar_path = L.bundle_wheels(str(files), [w["filename"] for w in lock], str(tmp_path / "push"))
+    assert L.bundle_wheels(str(files), [w["filename"] for w in lock], str(tmp_path / "push")) == tar_path
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(host, filter="data")
+    assert L.missing_wheels(str(host), lock) == []
+    (host / lock[0]["filename"]).write_bytes(b"corrupt")  # a damaged copy is pushed again
+    assert L.missing_wheels(str(host), lock) == [lock[0]["filename"]]
