@@ -121,14 +121,23 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- flags
 
 
-def load_known_flags(path: str | None = None) -> tuple[set[str] | None, str]:
-    """The accepted --flags, or None (permissive) when no flags file exists."""
-    candidates = [path] if path else [os.environ.get("DFLASH_STANDIN_FLAGS_FILE"),
-                                      os.path.join(HERE, FLAGS_FILE_NAME)]
+def load_known_flags(path: str | None = None) -> tuple[dict[str, tuple] | None, str]:
+    """The accepted flags -> (dest, kind) from the flags file, or None (permissive) without one.
+
+    Lines are `--flag [dest kind]` (kind: switch | value | values); `#` lines are comments.
+    DFLASH_STANDIN_FLAGS_FILE, when set, is the only file looked at."""
+    env = os.environ.get("DFLASH_STANDIN_FLAGS_FILE")
+    candidates = [path] if path else ([env] if env else [os.path.join(HERE, FLAGS_FILE_NAME)])
     for cand in candidates:
         if cand and os.path.isfile(cand):
+            flags: dict[str, tuple] = {}
             with open(cand, encoding="utf-8") as fh:
-                flags = {ln.split()[0] for ln in fh if ln.strip().startswith("--")}
+                for ln in fh:
+                    parts = ln.split()
+                    if parts and parts[0].startswith("--"):
+                        dest = parts[1] if len(parts) > 1 else None
+                        kind = parts[2] if len(parts) > 2 else None
+                        flags[parts[0]] = (dest, kind)
             return flags, cand
     return None, ""
 
@@ -154,7 +163,7 @@ def _dest(flag: str) -> str:
     return ALIASES.get(name, name)
 
 
-def parse_args(argv: list[str], known: set[str] | None) -> dict:
+def parse_args(argv: list[str], known: dict[str, tuple] | None) -> dict:
     """Parse launch_server flags like argparse would; raise UsageError on bad input."""
     args = dict(DEFAULTS)
     unrecognized: list[str] = []
@@ -168,30 +177,45 @@ def parse_args(argv: list[str], known: set[str] | None) -> dict:
             unrecognized.append(tok)
             continue
         flag, eq, inline = tok.partition("=")
-        if known is not None and flag not in known:
-            # argparse accepts an unambiguous prefix of a long option
-            matches = [k for k in known if k.startswith(flag)]
-            if len(matches) == 1:
+        dest = kind = None
+        if known is not None:
+            if flag not in known:
+                # argparse accepts an unambiguous prefix of a long option
+                matches = [k for k in known if k.startswith(flag)]
+                if len(matches) > 1:
+                    raise UsageError(f"ambiguous option: {flag} could match {', '.join(sorted(matches)[:6])}")
+                if not matches:
+                    unrecognized.append(tok)
+                    while i < len(argv) and _is_value(argv[i]):
+                        unrecognized.append(argv[i])
+                        i += 1
+                    continue
                 flag = matches[0]
-            elif len(matches) > 1:
-                raise UsageError(f"ambiguous option: {flag} could match {', '.join(sorted(matches)[:6])}")
+            dest, kind = known[flag]
+        if kind == "switch":
+            if eq:
+                raise UsageError(f"argument {flag}: ignored explicit argument '{inline}'")
+            values = []
+        elif kind == "value":
+            if eq:
+                values = [inline]
+            elif i < len(argv) and not argv[i].startswith("--"):
+                values = [argv[i]]
+                i += 1
             else:
-                unrecognized.append(tok)
-                while i < len(argv) and _is_value(argv[i]):
-                    unrecognized.append(argv[i])
-                    i += 1
-                continue
-        values = [inline] if eq else []
-        while not eq and i < len(argv) and _is_value(argv[i]):
-            values.append(argv[i])
-            i += 1
-        dest = _dest(flag)
-        if not values:
-            if dest in ("model_path", "port", "host", "speculative_algorithm", "served_model_name",
-                        "speculative_draft_model_path", "tp_size"):
                 raise UsageError(f"argument {flag}: expected one argument")
-            args[dest] = True  # store_true
-        elif len(values) == 1:
+        else:  # "values" (nargs) or unknown kind (permissive): every following non-flag token
+            values = [inline] if eq else []
+            while not eq and i < len(argv) and _is_value(argv[i]):
+                values.append(argv[i])
+                i += 1
+        dest = ALIASES.get(dest, dest) if dest else _dest(flag)
+        if not values:
+            if kind is None and dest in ("model_path", "port", "host", "speculative_algorithm",
+                                         "served_model_name", "speculative_draft_model_path", "tp_size"):
+                raise UsageError(f"argument {flag}: expected one argument")
+            args[dest] = not flag.startswith("--no-")  # store_true / BooleanOptionalAction
+        elif len(values) == 1 and kind != "values":
             args[dest] = _typed(values[0])
         else:
             args[dest] = [_typed(v) for v in values]
@@ -216,7 +240,7 @@ def _usage() -> str:
     return f"usage: {PROG} [-h] --model-path MODEL_PATH [--host HOST] [--port PORT] ..."
 
 
-def _help(known: set[str] | None) -> int:
+def _help(known: dict[str, tuple] | None) -> int:
     print(_usage())
     print("\nLAB STAND-IN for sglang.launch_server; accepted flags:")
     for flag in sorted(known or []):

@@ -395,3 +395,34 @@ def test_sigterm_stops_cleanly(start):
     srv = start(BASE_ARGS)
     rc, _ = srv.stop()
     assert rc == 0
+
+
+REAL_FLAGS = ROOT / "files" / "lab" / "sglang-0.5.11-flags.txt"
+
+
+@pytest.mark.skipif(not REAL_FLAGS.exists(), reason="flags file not generated")
+def test_real_flags_file_kinds():
+    # the rendered shape of a ct200 DDTREE instance with the SM 12.x fallbacks, plus a few extras
+    args = ["--model-path", "/dev/shm/Qwen3.6-27B", "--host", "127.0.0.1", "--port", "1", "--tp", "1",
+            "--mem-fraction-static", "0.85", "--context-length", "8192", "--speculative-algorithm", "DDTREE",
+            "--speculative-draft-model-path", "/dev/shm/Qwen3.6-27B-DFlash", "--speculative-ddtree-budget", "15",
+            "--speculative-ddtree-topk", "8", "--speculative-ddtree-mode", "tree", "--attention-backend",
+            "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none", "--disable-cuda-graph",
+            "--random-seed", "-1", "--cuda-graph-bs", "1", "2", "4"]
+    env = {"DFLASH_STANDIN_FLAGS_FILE": str(REAL_FLAGS)}
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import sglang_standin as s; "
+            "known, _ = s.load_known_flags(); print(json.dumps(s.parse_args(sys.argv[2:], known)))")
+    res = subprocess.run([sys.executable, "-c", code, str(STANDIN.parent), *args], capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=20, check=False)
+    assert res.returncode == 0, res.stderr
+    parsed = json.loads(res.stdout)
+    assert parsed["tp_size"] == 1  # --tp: unique prefix of --tp-size, dest tensor_parallel_size -> tp_size
+    assert parsed["speculative_ddtree_budget"] == 15 and parsed["speculative_ddtree_mode"] == "tree"
+    assert parsed["disable_cuda_graph"] is True and parsed["random_seed"] == -1
+    assert parsed["cuda_graph_bs"] == [1, 2, 4]
+    # a switch takes no value: the stray token is unrecognized, as with argparse
+    bad = run_once(["--model-path", "/m", "--disable-cuda-graph", "yes"], flags_file=str(REAL_FLAGS))
+    assert bad.returncode == 2 and "unrecognized arguments: yes" in bad.stderr
+    # a value flag without its value
+    bad = run_once(["--model-path", "/m", "--context-length"], flags_file=str(REAL_FLAGS))
+    assert bad.returncode == 2 and "argument --context-length: expected one argument" in bad.stderr
