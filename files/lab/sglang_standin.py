@@ -27,9 +27,10 @@ Fault injection (environment, e.g. from the instance's `env` in the inventory):
   DFLASH_STANDIN_FAULT=wrong  healthy, but chat content and reasoning are empty, /generate has no
                               spec fields and server info says speculative_algorithm null
 
-Flags: the accepted flags are read from sglang-0.5.11-flags.txt (one --flag per line; generated
-from the real server_args.py plus the toolkit's DDTree flags) next to this file, or from
-DFLASH_STANDIN_FLAGS_FILE. Without that file any --flag is accepted and the log says so.
+Flags: the accepted flags are read from sglang-0.5.11-flags.txt next to this file (or from
+DFLASH_STANDIN_FLAGS_FILE): `--flag dest kind` per line (kind: switch | value | values), generated
+by scripts/extract_sglang_flags.py from the patched tree's server_args.py, DDTree flags included.
+Without that file any --flag is accepted (a value is taken when one follows) and the log says so.
 Stdlib only, Python >= 3.11.
 """
 
