@@ -73,6 +73,8 @@ seconds: {description: Seconds from the restart to the verdict., type: float, re
 failed_instances: {description: Names that failed or timed out., type: list, returned: always}
 instances: {description: Per instance verdict, seconds, unit state, /health and diagnosis., type: dict,
   returned: always}
+timings: {description: Epoch seconds on the host of restart_at, wait_from, verdict_at and done_at., type: dict,
+  returned: when the wait ran}
 """
 
 import time
@@ -158,8 +160,10 @@ def main():
 
     # a manual restart resets NRestarts; without one, restarts from before this wait do not count
     baseline = 0 if p["restart"] else {i["unit"]: show(i["unit"]).get("NRestarts") or 0 for i in insts}
+    t_wait = time.time()
     res = wait_units(insts, show=show, health=health_status, timeout=p["timeout"], interval=p["interval"],
                      baseline_restarts=baseline)
+    verdict_at = time.time()
     msgs = []
     journalctl = module.get_bin_path("journalctl")
     for inst in insts:
@@ -174,6 +178,8 @@ def main():
         if p["record_dir"]:
             merge_record(p["record_dir"], inst["name"], "wait", dict(st, since=since, restart=restart_out))
     result = {
+        # epoch seconds on the host: restart issued, polling started, verdict reached, module done
+        "timings": {"restart_at": since, "wait_from": t_wait, "verdict_at": verdict_at, "done_at": time.time()},
         "changed": p["restart"],
         "verdict": res["verdict"],
         "seconds": res["seconds"],

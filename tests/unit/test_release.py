@@ -255,3 +255,12 @@ def test_mark_is_idempotent(tmp_path):
     assert r.mark(prefix, rid, "healthy", {"main": {"tokens_per_s": 1.0}})["changed"]
     assert not r.mark(prefix, rid, "healthy", {"main": {"tokens_per_s": 1.0}})["changed"]
     assert r.load_statuses(prefix, [rid])[rid]["status"] == "healthy"
+
+
+def test_listing_lines_mark_current(tmp_path):
+    prefix = str(tmp_path / "opt")
+    rid = prep(tmp_path)["id"]
+    r.activate(prefix, rid)
+    out = r.listing(prefix)
+    assert out["lines"][0].startswith(rid) and out["lines"][0].endswith("<- current")
+    assert "rev abc123" in out["lines"][0] and "[main]" in out["lines"][0]

@@ -248,3 +248,18 @@ def test_skip_tokenizer_init_generates_from_ids(server):
 def test_unreachable_server_is_a_smoke_error():
     with pytest.raises(s.SmokeError, match="URLError|ConnectionRefused"):
         s.smoke_instance("http://127.0.0.1:9", ARGS, timeout=1)
+
+
+def test_instances_from_manifest_and_records(tmp_path):
+    m = {"id": "r1", "instances": {"main": {"unit": "dflash-main.service", "args": ["--port", "30001"]},
+                                   "tree": {"args": ["--port", "30002"]}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    got = s.load_manifest_instances(str(tmp_path))
+    assert got == [{"name": "main", "unit": "dflash-main.service", "args": ["--port", "30001"]},
+                   {"name": "tree", "unit": "dflash-tree.service", "args": ["--port", "30002"]}]
+    assert [i["name"] for i in s.instances_from_manifest(m, ["tree"])] == ["tree"]
+    with pytest.raises(s.SmokeError, match="no instance nope"):
+        s.instances_from_manifest(m, ["nope"])
+    s.merge_record(str(tmp_path / "smoke"), "main", "wait", {"verdict": "healthy"})
+    s.merge_record(str(tmp_path / "smoke"), "main", "smoke", {"passed": True})
+    assert json.loads((tmp_path / "smoke" / "main.json").read_text()) == {"wait": {"verdict": "healthy"}, "smoke": {"passed": True}}
