@@ -334,6 +334,7 @@ RULES: list[Rule] = [
     Rule("port_torch_dist", "port_in_use", 64,
          _rx(r"EADDRINUSE|server socket has failed to bind|failed to listen on any local network address"
              r"|Address already in use|port (?P<port2>\d+) is (?:already )?(?:in use|not available|occupied)"
+             r"|\w*port\w* at (?P<port4>\d+) is not available in"
              r"|(?:already in use|not available)[^\n]{0,30}port[ =:]*(?P<port3>\d+)"),
          "{port_ref_cap} needed by the server is already in use",
          "stop the process holding {port_ref} (`ss -ltnp` shows it) or pick another port "
@@ -908,7 +909,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     if g.get("model_file") and "model" not in g:
         f["model"] = facts.get("model", os.path.dirname(g["model_file"]))
     # ports
-    port = g.get("port") or g.get("port2") or g.get("port3")
+    port = g.get("port") or g.get("port2") or g.get("port3") or g.get("port4")
     if not port and g.get("zmq_addr"):
         pm = re.search(r":(\d+)$", g["zmq_addr"])
         port = pm.group(1) if pm else None
@@ -916,7 +917,9 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
         pm = re.search(r"(?:port[ =:]+|:)(\d{4,5})\b[^\n]{0,40}(?:in use|EADDRINUSE)", seg_text)
         port = pm.group(1) if pm else facts.get("port")
     f["port"] = port or "?"
-    f["port_ref"] = f"port {port}" if port else "the port"
+    holder = re.search(r"process\.name\(\)='([^']+)'.*?\bpid=(\d+)", seg_text)
+    held = f" (held by pid {holder.group(2)}, {holder.group(1)})" if holder else ""
+    f["port_ref"] = (f"port {port}" if port else "the port") + held
     f["port_ref_cap"] = f"port {port}" if port else "a port"
     f["addr"] = g.get("addr") or "0.0.0.0"
     f["zmq_addr_s"] = f" ({g['zmq_addr']})" if g.get("zmq_addr") else (f" ({port})" if port else "")
