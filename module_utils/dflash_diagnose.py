@@ -514,6 +514,8 @@ _FACT_RES: list[tuple[str, re.Pattern]] = [
     ("model", _rx(r"model_path='(?P<v>[^']+)'")),
     ("model", _rx(r"--model(?:-path)?[ =](?P<v>\S+)")),
     ("model", _rx(r"model='(?P<v>[^']+)'")),
+    ("model", _rx(r"Repo model (?P<v>\S+) is gated|Access to model (?P<v2>\S+) is restricted")),
+    ("model", _rx(r"huggingface\.co/(?:api/models/)?(?P<v>[\w.-]+/[\w.-]+)/(?:resolve|tree|revision)")),
     ("port", _rx(r"\bport=(?P<v>\d{2,5})\b")),
     ("port", _rx(r"--port[ =](?P<v>\d{2,5})\b")),
     ("mem_fraction_static", _rx(r"mem_fraction_static=(?P<v>[\d.]+)")),
@@ -525,10 +527,10 @@ _FACT_RES: list[tuple[str, re.Pattern]] = [
 ]
 _FACT_KEYWORDS = ("sm", "capability", "nvidia", "torch", "nvcc", "cuda", "driver", "found version", "xgrammar",
                   "nccl version", "model", "port", "mem_fraction", "mem-fraction", "cuda_graph", "cuda-graph",
-                  "tp_size", "gpu_memory")
+                  "tp_size", "gpu_memory", "huggingface.co")
 _FACT_PREFILTER = re.compile(
     r"sm|capability|NVIDIA|torch|PyTorch|nvcc|Cuda|CUDA|Driver|driver|found version|xgrammar|NCCL version"
-    r"|model|port|mem_fraction|mem-fraction|cuda_graph|cuda-graph|tp_size|gpu_memory",
+    r"|model|port|mem_fraction|mem-fraction|cuda_graph|cuda-graph|tp_size|gpu_memory|huggingface\.co",
 )
 
 
@@ -559,7 +561,9 @@ def _collect_facts(lines: list[str]) -> dict:
             m = rx.search(line)
             if not m:
                 continue
-            val = m.group("v").strip().rstrip(",;")
+            val = (m.group("v") or m.groupdict().get("v2") or "").strip().rstrip(",;")
+            if not val:
+                continue
             if key == "sm":
                 val = _norm_sm(val)
                 if not val:
@@ -904,7 +908,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     arch = re.search(r"supports CUDA capabilities ((?:sm_\d+a? ?)+)", seg_text)
     f["torch_arch_s"] = f" (this torch only has {arch.group(1).strip()})" if arch else ""
     f["model"] = (g.get("model") or g.get("model2") or g.get("model3") or g.get("model4") or g.get("model5")
-                  or g.get("model6") or facts.get("model", "(the configured model_path)"))
+                  or g.get("model6") or facts.get("model", "the configured model path"))
     f["missing_file"] = (g.get("missing_file") or "config.json / weights").rstrip(".")
     if g.get("model_file") and "model" not in g:
         f["model"] = facts.get("model", os.path.dirname(g["model_file"]))
