@@ -273,11 +273,12 @@ RULES: list[Rule] = [
          "{cuda_lib} comes from the nvidia-* wheel of that CUDA, or reinstall the extension built for "
          "the installed torch"),
     Rule("torch_ops_missing", "kernel_abi", 80,
-         _rx(r"'_OpNamespace' '(?P<op_ns>sgl_kernel|_C|vllm|flashinfer|_moe_C)' object has no attribute '(?P<op>\w+)'"
+         _rx(r"'_OpNamespace' '(?P<op_ns>\w+)' object has no attribute '(?P<op>\w+)'"
              r"|No such operator (?P<op_full>sgl_kernel::\w+|_C::\w+)"),
-         "the compiled kernel package does not provide the op {op_name} (version mismatch with sglang)",
-         "install the sglang-kernel version this sglang pins (sglang 0.5.11 -> sglang-kernel 0.4.2), "
-         "built for {torch}"),
+         "the compiled kernel library{op_ns_s} does not provide the op {op_name} (its version does not "
+         "match the Python package calling it)",
+         "install the kernel package version the server pins (sglang 0.5.11 -> sglang-kernel 0.4.2; "
+         "vllm -> its own vllm._C build), built for {torch}"),
     Rule("operator_missing", "kernel_abi", 79,
          _rx(r"operator (?P<op_full2>\w+::\w+) does not exist"),
          "the compiled operator {op_full2} is missing: a torch extension does not match {torch}",
@@ -945,6 +946,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     f["symbol_short"] = sym if len(sym) <= 80 else sym[:77] + "..."
     f["op_name"] = g.get("op") or g.get("op_full") or "?"
     f["op_full2"] = g.get("op_full2", "?")
+    f["op_ns_s"] = f" ({g['op_ns']})" if g.get("op_ns") else ""
     f["ext_module"] = g.get("ext_module", "?")
     ext2 = g.get("ext_module2", "")
     f["ext_module2"] = ext2 or "?"
