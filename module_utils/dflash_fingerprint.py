@@ -259,34 +259,51 @@ def unreachable_gpus(text) -> list[dict]:
 # Parsers: one per source, each returns plain dicts
 # ----------------------------------------------------------------------------------------------
 
+_QUERY_KEYS = {"index": "index", "name": "name", "gpu_name": "name", "uuid": "uuid", "gpu_uuid": "uuid",
+               "pci.bus_id": "bus", "gpu_bus_id": "bus", "compute_cap": "cc", "driver_version": "driver",
+               "memory.total": "total", "memory.used": "used"}
+
+
 def parse_query_csv(text) -> list[dict]:
-    """--query-gpu CSV (8 fields with compute_cap, or 7 without for drivers < 510)."""
+    """--query-gpu CSV: our 8 fields (7 without compute_cap for drivers < 510), or any field order
+    when the capture kept nvidia-smi's header line."""
     gpus = []
+    columns = None
     for line in (text or "").splitlines():
-        if not line.strip() or line.lower().startswith("index"):
+        if not line.strip():
             continue
         cells = [c.strip() for c in line.split(",")]
-        if not re.match(r"^\d+$", cells[0] or ""):
+        if columns is None and not re.match(r"^\d+$", cells[0] or "") and \
+                any(re.sub(r"\s*\[.*\]$", "", c) in _QUERY_KEYS for c in cells):
+            columns = [_QUERY_KEYS.get(re.sub(r"\s*\[.*\]$", "", c)) for c in cells]
             continue
-        n = len(cells)
-        if n >= 8:
-            extra = n - 8  # a name with commas
-            name = ", ".join(cells[1:2 + extra])
-            rest = cells[2 + extra:]
-            uuid, bus, cc, driver, total, used = rest[:6]
-        elif n == 7:
-            name, uuid, bus, driver, total, used = cells[1:7]
-            cc = None
+        if columns and len(cells) >= len(columns):
+            extra = len(cells) - len(columns)  # a name with commas
+            if extra and "name" in columns:
+                at = columns.index("name")
+                cells = cells[:at] + [", ".join(cells[at:at + extra + 1])] + cells[at + extra + 1:]
+            row = dict(zip(columns, cells))
+        elif re.match(r"^\d+$", cells[0] or "") and len(cells) >= 8:
+            extra = len(cells) - 8
+            row = dict(zip(("index", "name", "uuid", "bus", "cc", "driver", "total", "used"),
+                           [cells[0], ", ".join(cells[1:2 + extra])] + cells[2 + extra:]))
+        elif re.match(r"^\d+$", cells[0] or "") and len(cells) == 7:
+            row = dict(zip(("index", "name", "uuid", "bus", "driver", "total", "used"), cells))
         else:
             continue
-        bad = [c for c in cells if _BAD_VALUE.search(c)]
-        sm = _clean(cc)
+        index = row.get("index")
+        if index is None or not re.match(r"^\d+$", index):
+            index = str(len(gpus)) if "index" not in row else None
+        if index is None:
+            continue
+        bad = [c for c in row.values() if c and _BAD_VALUE.search(c)]
+        sm = _clean(row.get("cc"))
         if sm and not re.match(r"^\d+\.\d+$", sm):
             sm = None
         gpus.append({
-            "index": int(cells[0]), "name": _clean(name), "uuid": _clean(uuid),
-            "pci_bus_id": norm_bus_id(bus), "sm": sm, "driver_version": _clean(driver),
-            "memory_total_mib": _int(total), "memory_used_mib": _int(used),
+            "index": int(index), "name": _clean(row.get("name")), "uuid": _clean(row.get("uuid")),
+            "pci_bus_id": norm_bus_id(row.get("bus")), "sm": sm, "driver_version": _clean(row.get("driver")),
+            "memory_total_mib": _int(row.get("total")), "memory_used_mib": _int(row.get("used")),
             "problem": ("nvidia-smi reports " + ", ".join(sorted(set(bad)))) if bad else None,
         })
     return gpus
@@ -679,7 +696,12 @@ TORCH_PROBE = (
     "    import torch\n"
     "    d = {'version': torch.__version__, 'cuda': torch.version.cuda}\n"
     "    try:\n"
-    "        d['available'] = bool(torch.cuda.is_available())\n"
+    "        import warnings\n"
+    "        with warnings.catch_warnings(record=True) as w:\n"
+    "            warnings.simplefilter('always')\n"
+    "            d['available'] = bool(torch.cuda.is_available())\n"
+    "        if w and not d['available']:\n"
+    "            d['error'] = str(w[-1].message)[-300:]\n"
     "        d['device_count'] = torch.cuda.device_count() if d['available'] else 0\n"
     "        d['arch_list'] = torch.cuda.get_arch_list() if d['available'] else []\n"
     "    except Exception as e:\n"

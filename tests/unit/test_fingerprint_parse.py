@@ -302,3 +302,20 @@ def test_process_unit_from_cgroup(tmp_path):
     raw["capture-meta.json"] = json.dumps({"process_units": {"2381466": "ddtree-wrapper.service"}})
     fp = fpm.fingerprint_from_raw(raw)
     assert fp["gpus"][0]["processes"][0]["unit"] == "ddtree-wrapper.service"
+
+
+def test_query_csv_any_field_order_with_header():
+    text = ("name, memory.total [MiB], compute_cap, index, pci.bus_id, memory.used [MiB]\n"
+            "NVIDIA H200, 143771 MiB, 9.0, 0, 00000000:19:00.0, 0 MiB\n")
+    (g,) = fpm.parse_query_csv(text)
+    assert (g["index"], g["name"], g["sm"], g["memory_total_mib"], g["memory_used_mib"], g["pci_bus_id"]) == \
+        (0, "NVIDIA H200", "9.0", 143771, 0, "00000000:19:00.0")
+
+
+def test_torch_probe_runs_in_a_real_python():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", fpm.TORCH_PROBE], capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(data) >= {"version", "cuda", "available"}
