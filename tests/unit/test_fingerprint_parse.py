@@ -95,6 +95,8 @@ EXPECTED = {
                         ["CUDA Version: N/A"]),
     "geforce-525-cuda-na": (1, "525.85.05", "12.0", {0: (None, None, 6, 4096, True)},
                             ["CUDA Version: N/A", "unknown SM"]),
+    "rtx4090-575-busy": (1, "575.57.08", "12.9", {0: ("8.9", "ada", 18520, 24564, True)}, []),
+    "b200-580-vm": (1, "580.126.09", "13.0", {0: ("10.0", "blackwell", 0, 183359, True)}, []),
     "mismatch-580": (0, None, None, {}, ["driver/library version mismatch", "NVML library 580.126"]),
     "no-driver": (0, None, None, {}, ["cannot communicate with the NVIDIA driver"]),
 }
