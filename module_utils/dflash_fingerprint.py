@@ -796,14 +796,18 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
 
     smi = shutil.which(nvidia_smi) or (nvidia_smi if os.path.isabs(nvidia_smi) else None)
     if smi:
-        record("nvidia-smi.txt", [smi])
+        rc, _ = record("nvidia-smi.txt", [smi])
+    if smi and rc == 124:  # a hung driver (GSP timeouts, Xid 119/79): do not wait 4 times
+        meta["errors"]["nvidia-smi.txt"] = (f"nvidia-smi timed out after {timeout}s (driver or GPU hung? "
+                                            "look for NVRM Xid lines in dmesg)")
+    elif smi:
         rc, text = record("nvidia-smi-query.csv", [smi, f"--query-gpu={QUERY_FIELDS}",
                                                    "--format=csv,noheader,nounits"])
         if rc not in (0, None) and "compute_cap" in (text or "") and "not a valid field" in (text or ""):
             record("nvidia-smi-query.csv", [smi, f"--query-gpu={QUERY_FIELDS_OLD}",
                                             "--format=csv,noheader,nounits"])
-            meta["errors"].pop("nvidia-smi-query.csv", None) if meta["exit_codes"]["nvidia-smi-query.csv"] == 0 \
-                else None
+            if meta["exit_codes"]["nvidia-smi-query.csv"] == 0:
+                meta["errors"].pop("nvidia-smi-query.csv", None)
         record("nvidia-smi-apps.csv", [smi, f"--query-compute-apps={APPS_FIELDS}", "--format=csv,noheader,nounits"])
         record("nvidia-smi-q.xml", [smi, "-q", "-x"])
         pids = {p["pid"] for p in parse_apps_csv(raw.get("nvidia-smi-apps.csv"))}
@@ -887,8 +891,10 @@ def _foreign(gpu, own_unit=None):
 
 def gpu_busy_reason(gpu: dict, own_unit=None, threshold_mib=BUSY_THRESHOLD_MIB) -> str | None:
     """Why a GPU is busy (foreign processes, or memory in use), or None when free."""
-    foreign = [p for p in _foreign(gpu, own_unit) if (p.get("type") or "C") != "G"]
-    own_mib = sum(p.get("used_mib") or 0 for p in (gpu.get("processes") or []) if p not in _foreign(gpu, own_unit))
+    others = _foreign(gpu, own_unit)
+    foreign = [p for p in others if (p.get("type") or "C") != "G"]
+    # memory explained by listed processes that do not make the GPU busy: ours and display (G) ones
+    listed_mib = sum(p.get("used_mib") or 0 for p in (gpu.get("processes") or []) if p not in foreign)
     used = gpu.get("memory_used_mib")
     total = gpu.get("memory_total_mib")
     mem = f"{used} of {total} MiB used" if used is not None else "memory use unknown"
@@ -897,7 +903,7 @@ def gpu_busy_reason(gpu: dict, own_unit=None, threshold_mib=BUSY_THRESHOLD_MIB) 
                         + (f" ({p['used_mib']} MiB)" if p.get("used_mib") is not None else "")
                         + (f" [{p['unit']}]" if p.get("unit") else "") for p in foreign)
         return f"busy: {mem} by foreign process(es): {who}"
-    if used is not None and used - own_mib >= threshold_mib:
+    if used is not None and used - listed_mib >= threshold_mib:
         return f"busy: {mem} with no listed process (another container or a MIG/vGPU tenant?)"
     return None
 

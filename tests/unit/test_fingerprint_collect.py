@@ -88,6 +88,19 @@ def test_no_nvidia_smi_gives_zero_gpus_with_the_reason(tmp_path):
     assert fp["os"] and fp["glibc"]
 
 
+def test_hung_nvidia_smi_is_asked_once_and_reported(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    log = tmp_path / "calls"
+    smi.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nsleep 5\n")
+    smi.chmod(0o755)
+    raw = fpm.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "x"),
+                          toolkit_roots=(str(tmp_path / "none"),), timeout=1)
+    assert len(log.read_text().splitlines()) == 1
+    fp = fpm.fingerprint_from_raw(raw)
+    assert fp["gpu_count"] == 0
+    assert fp["problems"] == ["nvidia-smi timed out after 1s (driver or GPU hung? look for NVRM Xid lines in dmesg)"]
+
+
 def test_find_toolkits(tmp_path):
     tk = tmp_path / "cuda-12.8"
     (tk / "bin").mkdir(parents=True)

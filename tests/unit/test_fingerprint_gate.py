@@ -180,3 +180,12 @@ def test_fleet_rows_and_renderings(ct129, ct200):
     text = fpm.fleet_text(fleet, refusals)
     assert text.splitlines()[0].startswith("host ")
     assert "ct200: REFUSED: ct200: instance main: GPU 0 is busy" in text
+
+
+def test_display_processes_do_not_make_a_gpu_busy():
+    gpu = {"index": 0, "name": "NVIDIA GeForce RTX 4090", "memory_used_mib": 1300, "memory_total_mib": 24564,
+           "healthy": True, "processes": [{"pid": 3924, "name": "/usr/lib/xorg/Xorg", "used_mib": 1250, "type": "G"}]}
+    assert fpm.gpu_busy_reason(gpu) is None
+    gpu["processes"].append({"pid": 22976, "name": "python", "used_mib": 9170, "type": "C"})
+    gpu["memory_used_mib"] = 10470
+    assert "pid 22976 python (9170 MiB)" in fpm.gpu_busy_reason(gpu)
