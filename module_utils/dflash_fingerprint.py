@@ -812,8 +812,8 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
         record("nvidia-smi-q.xml", [smi, "-q", "-x"])
         pids = {p["pid"] for p in parse_apps_csv(raw.get("nvidia-smi-apps.csv"))}
         pids |= {p["pid"] for p in parse_smi_table(raw.get("nvidia-smi.txt"))["processes"]}
-        meta["process_units"] = {str(pid): unit for pid in sorted(p for p in pids if p)
-                                 if (unit := process_unit(pid))}
+        units = {str(pid): process_unit(pid) for pid in sorted(p for p in pids if p)}
+        meta["process_units"] = {pid: unit for pid, unit in units.items() if unit}
     else:
         meta["errors"]["nvidia-smi.txt"] = "nvidia-smi not found"
     try:
