@@ -600,8 +600,6 @@ def fingerprint_from_raw(raw: dict) -> dict:
         g["arch"] = arch_of(g["sm"]) or arch_of(None, g["arch_hint"])
         if g["sm"] is None and g["name"]:
             g["problems"].append(f"unknown SM for GPU name {g['name']!r}")
-        if g["memory_total_mib"] is None and not g["problems"]:
-            g["problems"].append("memory size unreadable")
         hard = [p for p in g["problems"] if not p.startswith("unknown SM")]
         out_gpus.append({
             "index": g["index"], "name": g["name"], "uuid": g["uuid"], "pci_bus_id": g["pci_bus_id"],
@@ -659,6 +657,8 @@ def fingerprint_from_raw(raw: dict) -> dict:
             sources.append("cuda-toolkits.json")
         except (ValueError, AttributeError, TypeError):
             problems.append("unreadable cuda-toolkits.json")
+    if not toolkits and nvcc_version:  # a capture without cuda-toolkits.json: at least nvcc on PATH
+        toolkits.append({"path": None, "version": nvcc_version})
     torch = parse_torch(raw.get("torch.json")) if "torch.json" in raw else None
     if torch is not None:
         sources.append("torch.json")
@@ -1107,7 +1107,8 @@ def fleet_rows(fleet: dict, refusals: dict | None = None) -> list[dict]:
             models.setdefault(key, []).append(g)
         gpus_txt = "; ".join(f"{len(v)}x {n}" + (f" (SM {sm}, {v[0].get('arch')})" if sm else " (SM ?)")
                              for (n, sm), v in models.items()) or "none"
-        mem_txt = "; ".join(f"{v[0].get('memory_total_mib')} MiB" for v in models.values()) or "-"
+        mem_txt = "; ".join(f"{v[0].get('memory_total_mib')} MiB" if v[0].get("memory_total_mib") is not None
+                            else "unified/unknown" for v in models.values()) or "-"
         busy = [g for g in fp.get("gpus", []) if g.get("index") is not None and gpu_busy_reason(g)]
         busy_txt = "; ".join(f"GPU {g['index']}: {g.get('memory_used_mib')} MiB"
                              + "".join(f", pid {p.get('pid')} {p.get('name')}" for p in g.get("processes") or [])

@@ -97,6 +97,7 @@ EXPECTED = {
                             ["CUDA Version: N/A", "unknown SM"]),
     "rtx4090-575-busy": (1, "575.57.08", "12.9", {0: ("8.9", "ada", 18520, 24564, True)}, []),
     "b200-580-vm": (1, "580.126.09", "13.0", {0: ("10.0", "blackwell", 0, 183359, True)}, []),
+    "gb10-580-unified": (1, "580.142", "13.0", {0: ("12.1", "blackwell", None, None, True)}, []),
     "mismatch-580": (0, None, None, {}, ["driver/library version mismatch", "NVML library 580.126"]),
     "no-driver": (0, None, None, {}, ["cannot communicate with the NVIDIA driver"]),
 }
