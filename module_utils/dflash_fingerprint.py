@@ -363,6 +363,7 @@ def parse_smi_xml(text) -> dict:
         out["gpus"].append({
             "position": pos, "minor_number": minor, "name": _clean(txt(g, "product_name")),
             "arch_hint": _clean(txt(g, "product_architecture")), "uuid": _clean(txt(g, "uuid")),
+            "sm": _clean(txt(g, "compute_cap")) if re.match(r"^\d+\.\d+$", txt(g, "compute_cap") or "") else None,
             "pci_bus_id": bus, "memory_total_mib": _int(txt(g, "fb_memory_usage/total")),
             "memory_used_mib": _int(txt(g, "fb_memory_usage/used")), "processes": procs,
             "problem": problem,
@@ -549,6 +550,8 @@ def fingerprint_from_raw(raw: dict) -> dict:
             if g[k] is None:
                 g[k] = x[k]
         g["arch_hint"] = x["arch_hint"]
+        if not g["sm"] and x["sm"]:
+            g["sm"], g["sm_source"] = x["sm"], "compute_cap"
         if x["problem"]:
             g["problems"].append(x["problem"])
         if apps is None:

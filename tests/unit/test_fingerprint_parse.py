@@ -322,3 +322,11 @@ def test_torch_probe_runs_in_a_real_python():
     out = subprocess.run([sys.executable, "-c", fpm.TORCH_PROBE], capture_output=True, text=True, check=True)
     data = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(data) >= {"version", "cuda", "available"}
+
+
+def test_xml_compute_cap_element_when_present():
+    xml = lab("ct129")["nvidia-smi-q.xml"].replace("<product_name>NVIDIA RTX A6000</product_name>",
+                                                   "<product_name>NVIDIA Future Card</product_name>\n"
+                                                   "\t\t<compute_cap>8.6</compute_cap>")
+    g = fpm.fingerprint_from_raw({"nvidia-smi-q.xml": xml})["gpus"][0]
+    assert (g["sm"], g["sm_source"], g["arch"]) == ("8.6", "compute_cap", "ampere")
