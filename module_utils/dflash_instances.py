@@ -728,6 +728,7 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
         "applied": applied,
         "skipped": skipped,
         "removed_cause": [s for s in skipped if s.get("cause_removed")],
+        "unit": f"dflash-{inst['name']}.service",
         "port": inst["port"],
         "gpus": list(inst["gpus"]),
         "algorithm": inst["algorithm"],
