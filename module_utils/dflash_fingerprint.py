@@ -349,12 +349,22 @@ def parse_smi_xml(text) -> dict:
         problem = None
         if bad:
             problem = "nvidia-smi reports " + ", ".join(bad)
+        flags = []
+        action = _clean(txt(g, "gpu_recovery_action"))  # 575+: None, Reset, Reboot, Drain P2P, Drain and Reset
+        if action and action.lower() != "none":
+            flags.append(f"GPU recovery action: {action}")
         if (txt(g, "gpu_reset_status/reset_required") or "").lower() == "yes":
-            problem = "GPU requires reset"
+            flags.append("GPU requires reset")
         if (txt(g, "retired_pages/pending_retirement") or "").lower() == "yes":
-            problem = (problem + "; " if problem else "") + "retired pages pending (reset needed)"
-        if (txt(g, "remapped_rows/remapping_failure_occurred") or "").lower() == "yes":
-            problem = (problem + "; " if problem else "") + "row remapping failure"
+            flags.append("retired pages pending (reset needed)")
+        if "yes" in ((txt(g, "remapped_rows/remapped_row_pending") or "").lower(),
+                     (txt(g, "remapped_rows/pending") or "").lower()):
+            flags.append("row remapping pending (reset needed)")
+        if "yes" in ((txt(g, "remapped_rows/remapped_row_failure") or "").lower(),
+                     (txt(g, "remapped_rows/remapping_failure_occurred") or "").lower()):
+            flags.append("row remapping failure")
+        if flags:
+            problem = "; ".join(([problem] if problem else []) + flags)
         procs = []
         for p in g.findall("processes/process_info"):
             procs.append({"pid": _int(txt(p, "pid")), "name": _clean(txt(p, "process_name")),

@@ -197,11 +197,11 @@ def test_apps_csv_is_authoritative_for_processes():
 def test_xml_problems_and_cuda_not_found():
     xml = lab("ct129")["nvidia-smi-q.xml"]
     xml = xml.replace("<cuda_version>13.0</cuda_version>", "<cuda_version>Not Found</cuda_version>", 1)
-    xml = xml.replace("<reset_required>No</reset_required>", "<reset_required>Yes</reset_required>", 1)
+    xml = xml.replace("<gpu_recovery_action>None<", "<gpu_recovery_action>Reset<", 1)
     fp = fpm.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
     assert fp["driver_cuda_version"] == "13.0"  # from the 580 branch
     assert any("CUDA Version: N/A" in p for p in fp["problems"])
-    assert fp["gpus"][0]["healthy"] is False and fp["gpus"][0]["problem"] == "GPU requires reset"
+    assert fp["gpus"][0]["healthy"] is False and fp["gpus"][0]["problem"] == "GPU recovery action: Reset"
     assert fp["gpus"][1]["healthy"] is True
     assert fp["gpus"][0]["arch"] == "ampere" and fp["gpus"][0]["sm"] == "8.6"
 
@@ -330,3 +330,15 @@ def test_xml_compute_cap_element_when_present():
                                                    "\t\t<compute_cap>8.6</compute_cap>")
     g = fpm.fingerprint_from_raw({"nvidia-smi-q.xml": xml})["gpus"][0]
     assert (g["sm"], g["sm_source"], g["arch"]) == ("8.6", "compute_cap", "ampere")
+
+
+def test_xml_row_remapping_pending_and_the_real_h200_layout():
+    xml = lab("ct200")["nvidia-smi-q.xml"].replace("<remapped_row_pending>No<", "<remapped_row_pending>Yes<", 1)
+    gpus = fpm.fingerprint_from_raw({"nvidia-smi-q.xml": xml})["gpus"]
+    assert gpus[0]["problem"] == "row remapping pending (reset needed)" and not gpus[0]["healthy"]
+    assert all(g["healthy"] for g in gpus[1:])
+    h200 = ROOT / "tests" / "fixtures" / "captures" / "h200" / "nvidia-smi-q.xml"
+    if h200.is_file():  # the real 580.159.04 XML (DTD v13) parses alone
+        (g,) = fpm.fingerprint_from_raw({"nvidia-smi-q.xml": h200.read_text()})["gpus"]
+        assert (g["name"], g["sm"], g["arch"], g["memory_total_mib"], g["healthy"]) == \
+            ("NVIDIA H200", "9.0", "hopper", 143771, True)
