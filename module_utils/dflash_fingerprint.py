@@ -113,6 +113,9 @@ BRANCH_CUDA = [
 ]
 
 BUSY_THRESHOLD_MIB = 1024
+# Where nvidia-smi lives when it is not on PATH (containers put it in /usr/local/nvidia/bin).
+SMI_FALLBACKS = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi", "/usr/local/bin/nvidia-smi",
+                 "/usr/lib/wsl/lib/nvidia-smi")
 
 # ----------------------------------------------------------------------------------------------
 # Small helpers
@@ -808,6 +811,8 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
         return rc, text
 
     smi = shutil.which(nvidia_smi) or (nvidia_smi if os.path.isabs(nvidia_smi) else None)
+    if smi is None and nvidia_smi == "nvidia-smi":  # become/sudo's secure_path may miss these
+        smi = next((c for c in SMI_FALLBACKS if os.access(c, os.X_OK)), None)
     if smi:
         rc, _ = record("nvidia-smi.txt", [smi])
     if smi and rc == 124:  # a hung driver (GSP timeouts, Xid 119/79): do not wait 4 times
@@ -836,9 +841,8 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
         meta["errors"]["proc-driver-nvidia-version.txt"] = f"{proc_version_path}: {exc.strerror}"
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        for cand in ("/usr/local/cuda/bin/nvcc",):
-            if os.access(cand, os.X_OK):
-                nvcc = cand
+        nvcc = next((c for c in ["/usr/local/cuda/bin/nvcc"] + sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"),
+                                                                     key=vtuple, reverse=True) if os.access(c, os.X_OK)), None)
     if nvcc:
         record("nvcc-version.txt", [nvcc, "--version"])
     toolkits = find_toolkits(toolkit_roots, nvcc)
