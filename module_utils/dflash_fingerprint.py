@@ -84,6 +84,8 @@ ARCH_NAMES = {  # nvidia-smi -q product_architecture -> family
 # names ("NVIDIA RTX PRO 6000 Blac...", "Tesla V100-SXM2...", "NVIDIA GeForce RTX 5090 ...").
 # First match wins; the more specific patterns come first.
 NAME_SM = [
+    (r"Quadro RTX|TITAN RTX", "7.5"),  # before the GeForce number patterns ("Quadro RTX 5000" is Turing)
+    (r"RTX \d+ (?:SFF )?Ada", "8.9"),  # before "RTX 50x0" ("RTX 5000 Ada Generation" is Ada)
     (r"\bGB10\b", "12.1"),
     (r"RTX PRO \d+", "12.0"),
     (r"RTX 50\d0", "12.0"),

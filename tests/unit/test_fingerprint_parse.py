@@ -98,6 +98,9 @@ EXPECTED = {
     "rtx4090-575-busy": (1, "575.57.08", "12.9", {0: ("8.9", "ada", 18520, 24564, True)}, []),
     "b200-580-vm": (1, "580.126.09", "13.0", {0: ("10.0", "blackwell", 0, 183359, True)}, []),
     "gb10-580-unified": (1, "580.142", "13.0", {0: ("12.1", "blackwell", None, None, True)}, []),
+    "mixed-quadro3000-rtx3090": (3, "550.67", "12.4", {0: ("7.5", "turing", 1, 6144, True),
+                                                         1: ("8.6", "ampere", 2, 24576, True),
+                                                         2: ("8.6", "ampere", 2, 24576, True)}, []),
     "mismatch-580": (0, None, None, {}, ["driver/library version mismatch", "NVML library 580.126"]),
     "no-driver": (0, None, None, {}, ["cannot communicate with the NVIDIA driver"]),
 }
@@ -267,6 +270,10 @@ def test_unreachable_line_forms(line, index, bus):
     ("NVIDIA A30", "8.0"), ("NVIDIA A10G", "8.6"), ("NVIDIA A40", "8.6"), ("NVIDIA RTX A6000", "8.6"),
     ("NVIDIA GeForce RTX 3090", "8.6"), ("Tesla T4", "7.5"), ("Quadro RTX 6000", "7.5"),
     ("NVIDIA GeForce RTX 2080 Ti", "7.5"), ("Tesla V100-SXM2-16GB", "7.0"), ("Tesla V100-SXM2...", "7.0"),
+    ("Quadro RTX 3000", "7.5"), ("Quadro RTX 5000", "7.5"), ("Quadro RTX 4000", "7.5"),
+    ("NVIDIA RTX 5000 Ada Generation", "8.9"), ("NVIDIA RTX 4000 SFF Ada Generation", "8.9"),
+    ("NVIDIA RTX 5000 Ada Gene...", "8.9"), ("NVIDIA RTX A4000", "8.6"), ("NVIDIA GeForce RTX 5060 Ti", "12.0"),
+    ("NVIDIA RTX PRO 5000 Blackwell", "12.0"), ("NVIDIA GeForce RTX 3080 Ti", "8.6"),
     ("Tesla P100-PCIE-16GB", "6.0"), ("Tesla P40", "6.1"), ("NVIDIA GeForce ...", None), ("Some Future Card", None),
 ])
 def test_name_table(name, sm):
