@@ -29,6 +29,7 @@ INSTANCE_KEYS = {
 }
 DDTREE_KEYS = {"budget", "topk", "mode"}
 DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
+DDTREE_MAX_BUDGET = 255  # the patched server's limit (files/patches/sglang/0.5.11/0102-ddtree-worker.patch)
 # Flags the toolkit derives from instance fields: setting them through extra_args or pin_flags
 # would make the field and the command line disagree.
 MANAGED_FLAGS = {
@@ -306,12 +307,15 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             add("ddtree.topk", f"must be a positive integer, got {topk!r}")
         if mode not in DDTREE_MODES:
             add("ddtree.mode", f"{mode!r} is not one of {', '.join(DDTREE_MODES)}")
+        if _is_int(budget) and budget > DDTREE_MAX_BUDGET:
+            add("ddtree.budget", f"budget {budget} is above {DDTREE_MAX_BUDGET}, the most the patched sglang "
+                                 "accepts (--speculative-ddtree-budget)")
         draft_seen = (paths.get(draft) or {}).get("exists", True) if isinstance(draft, str) else False
-        if algo == "DDTREE" and _is_int(budget) and budget >= 1 and draft and draft_seen:
+        if algo == "DDTREE" and draft and draft_seen:
             size, source = block_size_for(inst, drafts.get(draft))
-            if budget + 1 > size:
-                add("ddtree.budget", f"budget {budget} + 1 (the root) = {budget + 1} verify tokens exceeds the "
-                                     f"draft's block size {size} (from {source}); use budget <= {size - 1}")
+            if size < 2:
+                add("draft_model_path", f"DDTREE needs a DFlash block size >= 2 (tree depth is block size - 1), "
+                                        f"got {size} (from {source})")
             derr = (drafts.get(draft) or {}).get("error")
             if derr:
                 add("draft_model_path", f"cannot read the draft's config.json: {derr}")
@@ -475,6 +479,9 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         if st is None and xg_ok is False and "StructuralTag" in str(xg.get("error") or ""):
             st = False
     torch = _probe_get(probe, "torch") or fp.get("torch") or {}
+    dd = inst.get("ddtree") or {}
+    block, block_src = block_size_for(inst, (hf.get("drafts") or {}).get(inst.get("draft_model_path")))
+    budget = dd.get("budget") if _is_int(dd.get("budget")) else None
     model = str(inst.get("model_path") or "")
     on_tmpfs = model.startswith(TMPFS_PREFIXES) or bool((hf.get("paths") or {}).get(model, {}).get("tmpfs"))
 
@@ -507,6 +514,12 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "instance.model_on_tmpfs": on_tmpfs,
         "instance.model_source": inst.get("model_source"),
         "instance.tp": inst.get("tp"),
+        "instance.block_size": block if inst.get("algorithm") in ("DFLASH", "DDTREE") else None,
+        "instance.block_size_source": block_src if inst.get("algorithm") in ("DFLASH", "DDTREE") else None,
+        "instance.ddtree_budget": budget if inst.get("algorithm") == "DDTREE" else None,
+        "instance.ddtree_verify_tokens": budget + 1 if budget and inst.get("algorithm") == "DDTREE" else None,
+        "instance.ddtree_wider_than_block": (budget + 1 > block) if budget and inst.get("algorithm") == "DDTREE"
+        else None,
         "host.lab_standin": bool(lab_standin),
     }
 

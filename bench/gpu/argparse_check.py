@@ -90,8 +90,11 @@ def make_cases(python, pythonpath):
                   "args": [*good, "--attention-backend", "not-a-backend"]})
     ddtree = next(c for c in cases if c["case"].endswith("-ddtree"))["args"]
     i = ddtree.index("--speculative-ddtree-budget")
-    cases.append({"case": "neg-ddtree-budget-over-block", "expect": "reject",
-                  "args": [*ddtree[:i + 1], "16", *ddtree[i + 2:]]})
+    cases.append({"case": "neg-ddtree-budget-over-255", "expect": "reject",
+                  "args": [*ddtree[:i + 1], "256", *ddtree[i + 2:]]})
+    # budget 31 with the 16-token draft block: a wider tree, accepted since 0102-ddtree-worker.patch
+    cases.append({"case": "ddtree-budget-31-wider-than-block", "expect": "accept",
+                  "args": [*ddtree[:i + 1], "31", *ddtree[i + 2:]]})
     return cases, notes
 
 

@@ -11,7 +11,8 @@
 #      the rules table: this machine's LIVE fingerprint + LIVE probe (SM 9.0), the seeds' ct200
 #      (lab/captures/ct200: SM 12.0 + nvcc 12.8 + xgrammar 0.1.10 -> triton / pytorch sampling /
 #      grammar none) and ct129 (SM 8.6, no fallbacks), for DFLASH, DDTREE (tree, shadow-linear) and
-#      NONE, plus negative controls that must be rejected;
+#      NONE, plus negative controls that must be rejected (unknown flag, bad backend choice, DDTree
+#      budget 256) and DDTree budget 31 on the 16-token block (a wider tree) that must be accepted;
 #   4. each list goes through argparse (ServerArgs.add_cli_args) and prepare_server_args
 #      (ServerArgs.__post_init__) in its own subprocess.
 # Results: $OUT/argparse/{cases.json,results.json,results.md,run.log}; exit 1 when a case is unexpected.

@@ -52,6 +52,8 @@ GOOD = [
     ("seed ct200 DFLASH on GPU1", [good()]),
     ("DDTREE budget 15 topk 8 (the seeds' best)", [good(algorithm="DDTREE", ddtree={"budget": 15, "topk": 8})]),
     ("shadow-linear", [good(algorithm="DDTREE", ddtree={"mode": "shadow-linear"})]),
+    ("DDTREE budget 31 on a 16-block draft (wider tree; a warning rule, not an error)",
+     [good(algorithm="DDTREE", ddtree={"budget": 31})]),
     ("no speculation, no draft", [good(algorithm="NONE", draft_model_path=None)]),
     ("two instances, tp2 + tp1", [good(name="a", gpus=[2, 3], port=30002),
                                    good(name="b", gpus=[4], port=30003, tp=1)]),
@@ -81,12 +83,12 @@ BAD = [
      "ct200: instance 'dflash-gpu1': field 'draft_model_path': DFLASH needs a draft model"),
     ("DDTREE without draft", [good(algorithm="DDTREE", draft_model_path="")],
      "field 'draft_model_path': DDTREE needs a draft model"),
-    ("DDTREE budget above block size", [good(algorithm="DDTREE", ddtree={"budget": 16})],
-     ("ct200: instance 'dflash-gpu1': field 'ddtree.budget': budget 16 + 1 (the root) = 17 verify tokens exceeds "
-     "the draft's block size 16 (from config.json block_size); use budget <= 15")),
-    ("DDTREE budget above an explicit block size",
-     [good(algorithm="DDTREE", extra_args=["--speculative-dflash-block-size", "8"])],
-     ("budget 15 + 1 (the root) = 16 verify tokens exceeds the draft's block size 8 "
+    ("DDTREE budget above the server's maximum", [good(algorithm="DDTREE", ddtree={"budget": 256})],
+     ("ct200: instance 'dflash-gpu1': field 'ddtree.budget': budget 256 is above 255, the most the patched "
+      "sglang accepts")),
+    ("DDTREE with a 1-token block",
+     [good(algorithm="DDTREE", extra_args=["--speculative-dflash-block-size", "1"])],
+     ("field 'draft_model_path': DDTREE needs a DFlash block size >= 2 (tree depth is block size - 1), got 1 "
      "(from --speculative-dflash-block-size)")),
     ("bad ddtree mode", [good(algorithm="DDTREE", ddtree={"mode": "bushy"})],
      "field 'ddtree.mode': 'bushy' is not one of tree, shadow-linear"),

@@ -207,6 +207,20 @@ def test_flashinfer_broken_but_torch_ok():
     assert plan(inst(gpus=[0], model_path="/data/m"), CT129, probe)["applied"] == []
 
 
+def test_ddtree_budget_wider_than_block_warns():
+    hf = {"drafts": {"/dev/shm/Qwen3.6-27B-DFlash": {"block_size": 16,
+                                                    "block_size_source": "config.json dflash_config.block_size"}}}
+    p = plan(inst(algorithm="DDTREE", ddtree={"budget": 31}, model_path="/data/m"), CT129, PROBE_GOOD, hf)
+    assert applied_names(p) == ["ddtree-budget-wider-than-block"]
+    a = p["applied"][0]
+    assert a["warn"] is True and a["flags"] == []
+    assert "verifies 32 tokens, more than the draft's block of 16 (config.json dflash_config.block_size)" in a["reason"]
+    assert p["args"][p["args"].index("--speculative-ddtree-budget") + 1] == "31"
+    # budget 15 = block - 1: the seeds' best, no warning
+    p = plan(inst(algorithm="DDTREE", model_path="/data/m"), CT129, PROBE_GOOD, hf)
+    assert p["applied"] == []
+
+
 def test_staged_model_is_information_not_warning():
     p = plan(inst(model_source="/data/models/Qwen3.6-27B"), CT200, PROBE_GOOD)
     by = {a["rule"]: a for a in p["applied"]}
