@@ -250,3 +250,37 @@ def test_condition_language_rejects_typos():
     with pytest.raises(ValueError, match="exactly one of"):
         di.eval_condition({"fact": "gpu.sm", "eq": 1, "ne": 2}, {"gpu.sm": []})
     assert di.check_rules_table([{"name": "x", "reason": "r", "when": {"fact": "nope", "eq": 1}}])
+
+
+# --- real parser output: the lab captures and the H200 capture + probe from the GPU machine ---
+
+def _replay(path):
+    import dflash_fingerprint as F
+    return F.fingerprint_from_raw(F.read_capture(str(ROOT / path)))
+
+
+def test_ct200_lab_capture_through_the_real_parser():
+    fp = _replay("lab/captures/ct200")
+    p = plan(inst(), fp, PROBE_SEED_CT200)
+    names = applied_names(p)
+    assert names[:3] == ["sm12x-flashinfer-needs-cuda-12.9", "sm12x-draft-attention-triton",
+                         "xgrammar-without-structuraltag"]
+    assert "CUDA it finds is 12.8" in p["applied"][0]["reason"]
+
+
+def test_ct129_lab_capture_through_the_real_parser():
+    fp = _replay("lab/captures/ct129")
+    p = plan(inst(gpus=[0], model_path="/data/m"), fp, PROBE_GOOD)
+    assert p["applied"] == []
+
+
+def test_h200_real_capture_and_probe_get_no_fallbacks():
+    import json
+    fp = _replay("tests/fixtures/captures/h200")
+    probe = json.loads((ROOT / "tests/fixtures/probe/h200.json").read_text())["probe"]
+    assert probe["xgrammar"]["structural_tag"] is True
+    p = plan(inst(gpus=[0], model_path="/data/m"), fp, probe)
+    assert p["applied"] == []
+    reasons = {s["rule"]: s["reason"] for s in p["skipped"]}
+    assert "gpu.sm_major=[9]" in reasons["sm12x-flashinfer-needs-cuda-12.9"]
+    assert reasons["xgrammar-without-structuraltag"] == "condition not met: xgrammar.structural_tag=True"
