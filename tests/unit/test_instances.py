@@ -369,3 +369,20 @@ def test_argument_specs_mirror_the_schema():
     defaults = yaml.safe_load((ROOT / "roles/dflash_instances/defaults/main.yml").read_text())
     for name in specs["argument_specs"]["main"]["options"]:
         assert name in defaults, name
+
+
+def test_filter_plugin_wires_the_pure_functions():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dflash_instances_filters", ROOT / "filter_plugins/dflash_instances.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    filters = mod.FilterModule().filters()
+    errors = filters["dflash_instances_errors"]([good(port=30000)], "ct200", CT200, CT200_FACTS, RULES)
+    assert errors == [
+        ("ct200: instance 'dflash-gpu1': field 'port': port 30000 is already listening on the host (0.0.0.0:30000, "
+        "pid 2381466, python3, unit ddtree-wrapper.service) and it is not one of our dflash-* units")]
+    flags = filters["dflash_instances_flags"]([good()], RULES, CT200, PROBE_SEED_CT200, CT200_FACTS, None)
+    assert "--grammar-backend" in flags["dflash-gpu1"]["args"]
+    assert filters["dflash_instances_report"](flags)[0].startswith("dflash-gpu1: python -m sglang.launch_server")
+    assert filters["dflash_instances_stale"](["dflash-x.service"], [good()]) == [
+        {"unit": "dflash-x.service", "instance": "x", "stage": False, "removed": True}]
