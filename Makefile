@@ -1,0 +1,65 @@
+# dflash-deploy: two commands for a newcomer (README.md, "Quick start"):
+#   make deploy-lab   everything missing (apt podman/runc/debootstrap, controller venv, lab image),
+#                     lab hosts up, then `ansible-playbook deploy.yml -l ct200` on the lab
+#   make test         lint + unit + molecule, with each part's time
+# LAB_PREFIX=<you>- keeps your lab and Molecule containers apart from everybody else's.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+REPO := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV := $(REPO)/.venv
+LAB_PREFIX ?=
+export LAB_PREFIX
+export PATH := $(VENV)/bin:$(PATH)
+export CONTAINERS_CONF := $(REPO)/lab/containers.conf
+export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
+LIMIT ?= ct200
+# With a prefix, labctl writes lab/.inv/<prefix>.yml mapping ct129/ct200 to your containers.
+LAB_INVENTORY := -i inventory/lab $(if $(LAB_PREFIX),-i lab/.inv/$(patsubst %-,%,$(LAB_PREFIX)).yml)
+SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: help deps controller lab-image lab-up lab-down deploy-lab lint unit molecule test
+
+help:
+	@sed -n '1,6p' Makefile | sed 's/^# \{0,1\}//'
+	@echo "targets: deps controller lab-image lab-up lab-down deploy-lab lint unit molecule test"
+
+deps: ## apt packages the lab needs (podman, runc, debootstrap), only when missing
+	@missing=""; for t in podman runc debootstrap curl; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
+	fi
+
+controller: ## .venv from uv.lock + containers.podman from the pinned ansible wheel
+	@scripts/controller.sh
+
+lab-image: deps ## dflash-lab:<recipe-hash> (skipped when it exists)
+	@lab/build-image.sh
+
+lab-up: controller lab-image
+	@lab/labctl up
+
+lab-down:
+	@lab/labctl down
+
+deploy-lab: deps controller lab-image lab-up
+	ansible-playbook $(LAB_INVENTORY) deploy.yml -l $(LIMIT)
+
+lint: controller
+	@echo "== ansible-lint (production profile)"; ansible-lint
+	@echo "== yamllint"; yamllint -s .
+	@echo "== ruff"; ruff check .
+
+unit: controller
+	pytest -q
+
+molecule: controller lab-image ## every scenario under molecule/, one after the other
+	@for s in $(SCENARIOS); do \
+	  echo "== molecule test -s $$s"; \
+	  MOLECULE_EPHEMERAL_DIRECTORY=$(REPO)/.molecule/$(LAB_PREFIX)$$s molecule test -s $$s || exit 1; \
+	done
+
+test: ## lint + unit + molecule, each part timed; all parts run, fails if one failed
+	@scripts/timed.sh lint unit molecule
