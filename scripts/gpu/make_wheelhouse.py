@@ -11,13 +11,14 @@ Consequence on SM 9.0: pass an explicit --attention-backend (triton or flashinfe
 default there (fa3) is not in the slimmed kernel wheel. All wheels are re-zipped uncompressed so
 that xz compresses the archive as a whole.
 
-usage: make_wheelhouse.py WHEEL_LIST OUT.tar.xz [--extra NAME==VER ...]
+usage: make_wheelhouse.py WHEEL_LIST OUT.tar.xz [--extra NAME==VER ...] [--keep DIST ...]
 """
 import argparse
 import fnmatch
 import io
 import lzma
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -62,6 +63,7 @@ def main():
     ap.add_argument("wheel_list")
     ap.add_argument("out")
     ap.add_argument("--extra", action="append", default=[])
+    ap.add_argument("--keep", action="append", default=None, help="distributions kept byte-identical")
     a = ap.parse_args()
     with open(a.wheel_list) as fh:
         names = [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")]
@@ -80,6 +82,9 @@ def main():
         total_drop = 0
         for f in sorted(os.listdir(raw)):
             dist = f.split("-")[0]
+            if dist in (a.keep or ["sglang"]):
+                shutil.copyfile(os.path.join(raw, f), os.path.join(out, f))
+                continue
             dropped = slim(os.path.join(raw, f), os.path.join(out, f), DROP.get(dist, []))
             total_drop += len(dropped)
             if dropped:

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The toolkit's own deploy on the lent GPU machine (docs/gpu-e2e.md): deploy.yml runs ON the machine
+# against itself (inventory/gpu, connection local). The machine has no systemd and no network:
+# units are rendered as in production and run by scripts/unit_runner.py (dflash_service_manager:
+# runner); the overlay is installed offline from the carried wheelhouse (.gpu/wheelhouse.tar.xz).
+#
+#   run(command="bash bench/gpu/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
+#
+# Env: STAGES="deploy fail bench" (default: all), DEADLINE_S (bench stops starting work after it).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/e2e-out}
+STAGES=${STAGES:-deploy fail bench}
+PY=/opt/torch/.venv/bin/python3
+T0=$(date +%s)
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/e2e.log") 2>&1
+say() { echo "[e2e +$(( $(date +%s) - T0 ))s] $*"; }
+say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none) stages='$STAGES'"
+nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.used,memory.total --format=csv,noheader
+
+# 1. carried wheelhouse -> /root/wh/wheelhouse (overlay) and /root/wh/ctl (controller side)
+if [ ! -d /root/wh/wheelhouse ]; then
+  mkdir -p /root/wh/ctl && tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
+  mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/
+fi
+say "wheelhouse: $(ls /root/wh/wheelhouse | wc -l) overlay wheels"
+
+# 2. the controller side: ansible-core and what the image lacks, as wheels
+if [ ! -d /root/ctl/ansible ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl \
+    /root/wh/wheelhouse/cffi-*.whl /root/wh/wheelhouse/pycparser-*.whl || exit 2
+fi
+export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+playbook() { "$PY" -m ansible.cli.playbook -i inventory/gpu "$@"; }
+say "ansible: $("$PY" -m ansible.cli.playbook --version | head -1)"
+
+# 3. config-only models + an offline tokenizer
+"$PY" scripts/gpu/make_models.py /root/models >/dev/null && say "models in /root/models"
+
+collect() {  # what later tests can use offline
+  mkdir -p "$OUT/artifacts"
+  cp -a /opt/dflash/current/manifest.json "$OUT/artifacts/" 2>/dev/null
+  cp -a /opt/dflash/current/smoke "$OUT/artifacts/smoke" 2>/dev/null
+  cp -a /etc/systemd/system/dflash-*.service "$OUT/artifacts/" 2>/dev/null
+  cp -a /var/log/dflash "$OUT/artifacts/logs" 2>/dev/null
+  sed 's/^\(.*TOKEN.*=\).*/\1<redacted>/' /opt/dflash/current/instances/*.env > "$OUT/artifacts/instance.env" 2>/dev/null
+}
+
+if [[ " $STAGES " == *" deploy "* ]]; then
+  say "deploy.yml (first run)"
+  playbook deploy.yml 2>&1 | tee "$OUT/deploy.log"; rc=${PIPESTATUS[0]}
+  say "deploy rc=$rc"
+  collect
+  if [ "$rc" = 0 ]; then
+    say "deploy.yml again: must change nothing"
+    playbook deploy.yml 2>&1 | tee "$OUT/deploy-again.log" | grep -E "^(PLAY RECAP|localhost)" ; say "second run done"
+  fi
+fi
+
+if [[ " $STAGES " == *" fail "* ]]; then
+  say "deliberate failure: an instance whose attention backend's kernels are not installed (fa3)"
+  "$PY" bench/gpu/e2e_fail.py --out "$OUT" 2>&1 | tail -20
+fi
+
+if [[ " $STAGES " == *" bench "* ]]; then
+  say "bench: time to healthy and tok/s, DFLASH vs none x triton vs flashinfer"
+  "$PY" bench/gpu/e2e_bench.py --out "$OUT" --deadline-s "${DEADLINE_S:-560}" 2>&1 | tail -30
+fi
+collect
+say "done"
+cd "$OUT" && tar czf /tmp/e2e-results.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/e2e-results.tgz "$OUT/"
