@@ -54,6 +54,24 @@ def test_start_status_stop(tmp_path):
     assert "['--port', '30001', '--model-path', '/m', 'one', '--x=%']" in text
     st = subprocess.run([sys.executable, script, "status", "--pidfile", str(pid)], check=False, capture_output=True,
                         text=True)
-    assert st.returncode == 3 and json.loads(st.stdout)["running"] is False  # it printed and exited
+    assert st.returncode == 3 and json.loads(st.stdout)["ActiveState"] == "failed"  # it printed and exited
     subprocess.run([sys.executable, script, "stop", "--pidfile", str(pid)], check=True, capture_output=True)
-    assert os.path.exists(pid)
+    assert not os.path.exists(pid)
+    assert ur.R.show(str(pid))["ActiveState"] == "inactive"
+
+
+def test_long_running_unit_stops_and_log_since_start(tmp_path):
+    unit = tmp_path / "dflash-y.service"
+    unit.write_text(f"[Service]\nExecStart={sys.executable} -c \"import time; print('up', flush=True); time.sleep(60)\"\n")
+    log, pid = tmp_path / "y.log", tmp_path / "run" / "y.pid"
+    log.write_text("old crash from an earlier start\n")
+    ur.R.start(str(unit), str(log), str(pid))
+    for _ in range(50):
+        if "up" in log.read_text():
+            break
+        time.sleep(0.1)
+    assert ur.R.show(str(pid))["ActiveState"] == "active"
+    since = ur.R.log_since_last_start(log.read_text())
+    assert "old crash" not in since and "up" in since
+    assert ur.R.stop(str(pid), timeout=5) is True
+    assert ur.R.show(str(pid))["ActiveState"] == "inactive"

@@ -1,0 +1,184 @@
+"""Run rendered systemd service units on hosts without systemd (GPU containers often lack it).
+
+Does what systemd does for our instance units, no more: [Service] EnvironmentFile= (a leading '-'
+makes it optional), Environment=, WorkingDirectory=, ExecStart= with $VAR (split into words) and
+${VAR} (one word) expanded as systemd does; the process starts in its own session with stdout and
+stderr appended to a log file, its pid in a pidfile. Hardening, User= and Restart= are NOT emulated.
+Pure functions plus small process helpers; no Ansible import (modules and scripts/unit_runner.py
+use it).
+"""
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+
+START_MARK = "-- dflash-runner: starting "
+
+
+def parse_unit(text):
+    """Return {section: [(key, value), ...]} keeping repeated keys in order; joins '\\' continuations."""
+    sections, cur, pending = {}, None, ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            cur = line[1:-1]
+            sections.setdefault(cur, [])
+        elif "=" in line and cur is not None:
+            k, v = line.split("=", 1)
+            sections[cur].append((k.strip(), v.strip()))
+    return sections
+
+
+def parse_env_file(text):
+    """systemd EnvironmentFile syntax: KEY=VALUE lines, '#'/';' comments, optional quotes."""
+    env = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        k, v = k.strip(), v.strip()
+        if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
+            q, v = v[0], v[1:-1]
+            if q == '"':
+                v = re.sub(r'\\(["\\$`])', r"\1", v)
+        env[k] = v
+    return env
+
+
+def parse_environment_assignments(value):
+    """Environment="A=1" "B=two words" C=3 -> dict."""
+    out = {}
+    for word in shlex.split(value):
+        if "=" in word:
+            k, v = word.split("=", 1)
+            out[k] = v
+    return out
+
+
+def expand_exec(value, env):
+    """Split ExecStart like systemd: $VAR -> split words, ${VAR} -> one word; strip -@+! prefixes."""
+    value = value.lstrip("-@+!:")
+    argv = []
+    for word in shlex.split(value):
+        m = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
+        if m:
+            argv.extend(env.get(m.group(1), "").split())
+            continue
+        word = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda mm: env.get(mm.group(1), ""), word)
+        argv.append(word.replace("%%", "%"))
+    return argv
+
+
+def resolve(unit_text, base_env=None):
+    sections = parse_unit(unit_text)
+    service = sections.get("Service", [])
+    env = dict(base_env or {})
+    workdir, execs = None, []
+    for k, v in service:
+        if k == "Environment":
+            env.update(parse_environment_assignments(v))
+        elif k == "EnvironmentFile":
+            optional = v.startswith("-")
+            path = v.lstrip("-")
+            try:
+                with open(path) as fh:
+                    env.update(parse_env_file(fh.read()))
+            except FileNotFoundError:
+                if not optional:
+                    raise
+        elif k == "WorkingDirectory":
+            workdir = v.lstrip("-")
+        elif k == "ExecStart":
+            execs.append(v)
+    if len(execs) != 1:
+        raise ValueError(f"expected one ExecStart, found {len(execs)}")
+    return {"argv": expand_exec(execs[0], env), "env": env, "workdir": workdir}
+
+
+
+
+def start(unit_path, log_path, pidfile, base_env=None):
+    """Start the unit's ExecStart in a new session; append output to log_path; return the pid."""
+    with open(unit_path, encoding="utf-8") as fh:
+        r = resolve(fh.read(), dict(os.environ) if base_env is None else base_env)
+    for d in (os.path.dirname(os.path.abspath(log_path)), os.path.dirname(os.path.abspath(pidfile))):
+        os.makedirs(d, exist_ok=True)
+    with open(log_path, "ab", buffering=0) as log:
+        log.write(f"{START_MARK}{os.path.basename(unit_path)} at {time.time():.3f}: "
+                  f"{shlex.join(r['argv'])}\n".encode())
+        p = subprocess.Popen(r["argv"], env=r["env"], cwd=r["workdir"] or None, stdout=log,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(pidfile, "w", encoding="utf-8") as fh:
+        fh.write(str(p.pid))
+    return p.pid
+
+
+def alive(pid):
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie counts as stopped
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def read_pid(pidfile):
+    try:
+        with open(pidfile, encoding="utf-8") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop(pidfile, timeout=30.0):
+    """SIGTERM the unit's process group, SIGKILL after timeout. Returns True if something ran."""
+    pid = read_pid(pidfile)
+    ran = alive(pid)
+    if ran:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            ran = False
+        deadline = time.time() + timeout
+        while ran and time.time() < deadline and alive(pid):
+            time.sleep(0.2)
+        if ran and alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    if pid is not None:  # stopped on purpose: inactive, not failed
+        os.remove(pidfile)
+    return ran
+
+
+def show(pidfile):
+    """A `systemctl show`-like view of a runner-managed unit (no restarts: Restart= is not emulated)."""
+    pid = read_pid(pidfile)
+    if pid is None:
+        return {"LoadState": "loaded", "ActiveState": "inactive", "SubState": "dead", "NRestarts": 0}
+    if alive(pid):
+        return {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0,
+                "ExecMainPID": pid}
+    return {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed", "NRestarts": 0,
+            "ExecMainPID": pid}
+
+
+def log_since_last_start(text):
+    """The part of a runner log written since the last start (what journalctl --since would give)."""
+    i = text.rfind(START_MARK)
+    return text if i < 0 else text[i:]
