@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -161,6 +162,7 @@ def main():
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(cfg, indent=1))
 
+    shutil.rmtree(work / "trees", ignore_errors=True)  # so the first build really builds
     series = dp.read_series_dir(str(PATCH_DIR))
     assert [p["name"] for p in series[:2]] == REGISTRATION, [p["name"] for p in series]
     trees = {
