@@ -121,7 +121,7 @@ def main():
     where = (p["host"] + ": ") if p["host"] else ""
     if p["release_dir"] and module.check_mode:
         module.exit_json(changed=p["restart"], msg="check mode: the instances are not restarted nor tested",
-                         failed_instances=[], instances={}, results={})
+                         failed_instances=[], instances={})
     if p["release_dir"]:
         try:
             p["instances"] = load_manifest_instances(p["release_dir"], p["names"])
