@@ -757,6 +757,8 @@ def write_tree(plan, tree_dir):
             f.write("\n")
         for fn in (FILES_LIST, MANIFEST):
             os.chmod(os.path.join(tmp, fn), 0o644)
+        for dirpath, _dirnames, _filenames in os.walk(tmp):
+            os.chmod(dirpath, 0o755)  # readable by the service user whatever the umask
         _remove_pycache(tmp, contents)
         ok, reason = verify_tree(tmp, plan["manifest"]["hash"])
         if not ok:

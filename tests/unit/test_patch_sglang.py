@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import sys
 import types
 from pathlib import Path
@@ -395,3 +396,16 @@ def test_a_user_source_tree_is_shipped_as_is_without_bytecode(built, tmp_path):
     assert dp.ensure_tree(plan, str(tmp_path / "trees"))["changed"] is False
     with pytest.raises(dp.TreeError, match="content sha256"):
         dp.plan_src_archive(packed["archive"], "0" * 64)
+
+
+def test_the_tree_is_readable_by_the_service_user_whatever_the_umask(wheel, series, tmp_path):
+    old = os.umask(0o077)
+    try:
+        tree = build(wheel, series, tmp_path)["tree"]["path"]
+    finally:
+        os.umask(old)
+    modes = {
+        stat.S_IMODE(os.stat(os.path.join(d, n)).st_mode) for d, ds, fs in os.walk(tree) for n in ds + fs
+    }
+    assert stat.S_IMODE(os.stat(tree).st_mode) == 0o755
+    assert modes <= {0o755, 0o644}
