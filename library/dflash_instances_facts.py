@@ -20,6 +20,8 @@ options:
   instances: {description: The dflash_instances list of the host., type: list, elements: raw, default: []}
   layer_path: {description: The final layer's venv (dflash_layers[-1].path)., type: path}
   unit_dir: {description: Where the units are., type: path, default: /etc/systemd/system}
+  sgl_kernel_file: {description: "sgl_kernel's __init__.py as the probe imported it (dflash_probe.sgl_kernel.file):
+                     whether FA3 (flash_ops*.so) ships beside it.", type: path}
 author: dflash-deploy
 """
 
@@ -37,11 +39,12 @@ def main():
             "instances": {"type": "list", "elements": "raw", "default": []},
             "layer_path": {"type": "path"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "sgl_kernel_file": {"type": "path"},
         },
         supports_check_mode=True,
     )
     p = module.params
-    facts = gather_host_facts(p["instances"], p["layer_path"], p["unit_dir"])
+    facts = gather_host_facts(p["instances"], p["layer_path"], p["unit_dir"], sgl_kernel_file=p["sgl_kernel_file"])
     module.exit_json(changed=False, host_facts=facts)
 
 

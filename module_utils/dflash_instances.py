@@ -506,7 +506,9 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "xgrammar.error": (xg.get("error") or None) if isinstance(xg, dict) else None,
         "flashinfer.importable": _probe_ok(_probe_get(probe, "flashinfer")),
         "torch.importable": _probe_ok(_probe_get(probe, "torch")),
-        "sgl_kernel.fa3": _first_bool(_probe_get(probe, "sgl_kernel"), ("fa3", "flash_ops", "fa3_available")),
+        "sgl_kernel.fa3": _first_bool(_probe_get(probe, "sgl_kernel"), ("fa3", "flash_ops", "fa3_available"))
+        if _first_bool(_probe_get(probe, "sgl_kernel"), ("fa3", "flash_ops", "fa3_available")) is not None
+        else (hf.get("sgl_kernel") or {}).get("fa3"),
         "instance.name": inst.get("name"),
         "instance.algorithm": inst.get("algorithm"),
         "instance.speculative": inst.get("algorithm") in ("DFLASH", "DDTREE"),
@@ -930,7 +932,19 @@ def overlay_cuda(layer_path, runner=None):
     return {"site_packages": sps, "nvidia_lib_dirs": libs, "nvcc": best or None}
 
 
-def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None):
+def sgl_kernel_facts(sgl_kernel_file):
+    """Whether the sgl_kernel the probe imported ships FA3 (flash_ops*.so): sglang's Hopper default."""
+    if not sgl_kernel_file:
+        return {}
+    pkg = os.path.dirname(sgl_kernel_file)
+    if not os.path.isdir(pkg):
+        return {}
+    found = sorted(glob.glob(os.path.join(pkg, "flash_ops*.so")) + glob.glob(os.path.join(pkg, "*", "flash_ops*.so")))
+    return {"dir": pkg, "fa3": bool(found), "fa3_files": found}
+
+
+def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None,
+                      sgl_kernel_file=None):
     paths, drafts = {}, {}
     tmpfs = tmpfs_mounts(_read(os.path.join(proc, "mounts"), ""))
     for inst in instances or []:
@@ -956,6 +970,7 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "drafts": drafts,
         "units": units,
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
+        "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
     }
 
 

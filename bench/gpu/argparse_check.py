@@ -57,7 +57,7 @@ def _instances(gpus):
 def make_cases(python, pythonpath):
     import yaml
     from dflash_fingerprint import collect_raw, fingerprint_from_raw, read_capture
-    from dflash_instances import plan_instance
+    from dflash_instances import plan_instance, sgl_kernel_facts
 
     rules = yaml.safe_load((ROOT / "roles/dflash_instances/vars/main.yml").read_text())["__dflash_instances_rules"]
     cases, notes = [], {}
@@ -79,9 +79,12 @@ def make_cases(python, pythonpath):
                                  "nvcc": fp.get("nvcc_version"), "driver_cuda": fp.get("driver_cuda_version")}
                              for h, fp, _, _ in hosts}
     notes["live_probe"] = live_probe
+    live_sgl = ((live_probe or {}).get("sgl_kernel") or {}).get("file")
+    notes["live_sgl_kernel"] = sgl_kernel_facts(live_sgl)
     for host, fp, probe, gpus in hosts:
+        host_facts = {"sgl_kernel": notes["live_sgl_kernel"]} if host == "h200-live" else {}
         for kind, inst in _instances(gpus).items():
-            p = plan_instance(inst, rules, fp, probe, {}, None)
+            p = plan_instance(inst, rules, fp, probe, host_facts, None)
             cases.append({"case": f"{host}-{kind}", "expect": "accept", "args": p["args"],
                           "applied": [{"rule": a["rule"], "flags": a["flags"]} for a in p["applied"]]})
     good = next(c for c in cases if c["case"].endswith("-dflash"))["args"]

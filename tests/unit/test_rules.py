@@ -198,6 +198,22 @@ def test_sm90_without_fa3_gets_explicit_backend():
     assert plan(inst(gpus=[0], model_path="/data/m"), H200, PROBE_GOOD)["applied"] == []
 
 
+def test_sm90_fa3_from_the_sgl_kernel_files(tmp_path):
+    import dflash_instances as d
+    pkg = tmp_path / "site-packages" / "sgl_kernel"
+    (pkg / "sm90").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sm90" / "common_ops.abi3.so").write_text("")
+    hf = {"sgl_kernel": d.sgl_kernel_facts(str(pkg / "__init__.py"))}
+    assert hf["sgl_kernel"]["fa3"] is False  # the GPU bundle strips flash_ops.abi3.so
+    p = plan(inst(gpus=[0], model_path="/data/m"), H200, PROBE_GOOD, hf)
+    assert applied_names(p) == ["sm90-without-fa3"]
+    (pkg / "flash_ops.abi3.so").write_text("")
+    hf = {"sgl_kernel": d.sgl_kernel_facts(str(pkg / "__init__.py"))}
+    assert hf["sgl_kernel"]["fa3"] is True
+    assert plan(inst(gpus=[0], model_path="/data/m"), H200, PROBE_GOOD, hf)["applied"] == []
+
+
 def test_flashinfer_broken_but_torch_ok():
     probe = dict(PROBE_GOOD, flashinfer={"ok": False, "error": "ImportError: libcudart.so.13"})
     p = plan(inst(gpus=[0], model_path="/data/m"), CT129, probe)
