@@ -3,9 +3,10 @@
 Checks what can be checked without a GPU build of sglang: the series applies (with
 module_utils/dflash_patch.py), every file the DDTree patches touch compiles, the worker hook
 in spec_info.py now hands out the DDTREE worker instead of refusing, ServerArgs' DDTREE
-handling (compiled out of the patched server_args.py and run on a stand-in) sets the verify
-width to budget + 1 and keeps the draft's block size, and the ddtree_utils.py the series
-installs is the one test_ddtree_utils.py tests.
+handling (compiled out of the patched server_args.py and run on a stand-in) keeps 0002's rule
+(budget + 1 must not exceed the draft's block size, with a message naming both numbers and
+both fixes), sets the verify width to budget + 1 and keeps the draft's block size, and the
+ddtree_utils.py the series installs is the one test_ddtree_utils.py tests.
 """
 
 from __future__ import annotations
@@ -132,22 +133,63 @@ def handle(patched):
     return run
 
 
-@pytest.mark.parametrize(("budget", "block"), [(15, 16), (7, 16), (31, 16), (1, 2)])
+@pytest.mark.parametrize(("budget", "block"), [(15, 16), (7, 16), (31, 32), (1, 2), (3, 16)])
 def test_verify_width_is_budget_plus_one_and_the_draft_keeps_its_block(handle, budget, block):
     args = handle(budget=budget, block=block)
-    assert args.speculative_num_draft_tokens == budget + 1
+    assert args.speculative_num_draft_tokens == budget + 1 <= block
     assert args.speculative_ddtree_draft_block_size == block
     # running the handler again on the resolved arguments changes nothing
     before = dict(vars(args))
     assert vars(handle(args=args)) == before
 
 
+@pytest.mark.parametrize(("budget", "block"), [(16, 16), (31, 16), (17, 16), (8, 8), (1, 1)])
+def test_a_budget_wider_than_the_draft_block_is_refused(handle, budget, block):
+    """The lead's rule (issues 5 and 6): the verify block, budget + 1, fits the draft's block."""
+    with pytest.raises(ValueError) as err:
+        handle(budget=budget, block=block)
+    message = str(err.value)
+    assert f"--speculative-ddtree-budget={budget} does not fit the DFlash block size {block}" in message
+    assert "budget + 1 must not exceed the block size" in message
+    assert f"Use --speculative-ddtree-budget {block - 1} or less" in message
+    assert f"or a DFlash draft trained with a block_size of at least {budget + 1}" in message
+
+
+def test_the_rule_holds_on_a_second_run_against_the_draft_block(handle):
+    # resolved once (width 16 from a 16-block draft), then asked for a wider budget: the
+    # recorded draft block, not the verify width, is what the budget must fit
+    args = handle(budget=15, block=16)
+    args.speculative_ddtree_budget = 16
+    with pytest.raises(ValueError, match="budget=16 does not fit the DFlash block size 16"):
+        handle(args=args)
+
+
+def test_the_worker_checks_the_rule_again(patched):
+    """DDTreeWorker.__init__ refuses budget + 1 above the draft block before any model loads."""
+    source = (patched.root / f"{SPEC}/ddtree_worker.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DDTreeWorker")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    first_super = min(
+        n.lineno
+        for n in ast.walk(init)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
+    )
+    checks = [
+        n
+        for n in ast.walk(init)
+        if isinstance(n, ast.If) and ast.unparse(n.test) == "budget + 1 > int(block_size)"
+    ]
+    assert len(checks) == 1 and checks[0].lineno < first_super
+    raised = ast.unparse(checks[0].body[0])
+    assert "ValueError" in raised and "block_size of at least" in raised
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"budget": 0}, "--speculative-ddtree-budget >= 1, got 0"),
-        ({"budget": 256}, "--speculative-ddtree-budget <= 255, got 256"),
-        ({"block": 1}, "DFlash draft block size >= 2, got 1"),
+        ({"budget": 256}, "--speculative-ddtree-budget=256 does not fit the DFlash block size 16"),
         ({"topk": 0}, "--speculative-ddtree-topk >= 1, got 0"),
         ({"mode": "bushy"}, "got 'bushy'"),
     ],

@@ -24,8 +24,8 @@ from sglang_wheel import PATCH_DIR, pinned_sha256, sglang_wheel
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
 # this patches: they register DDTREE and come first; the DDTree algorithm patches follow
-# them in the series and replace the refusal hook (and the budget rule) on purpose, so what the
-# registration does is checked on the series prefix that ends with them.
+# them in the series and replace the refusal hook with the worker (the budget rule stays: see
+# tests/unit/test_ddtree_patch.py), so the refusal is checked on the series prefix that ends with them.
 REGISTRATION = ["0001-ddtree-register-algorithm.patch", "0002-ddtree-server-args.patch"]
 
 
@@ -99,9 +99,11 @@ def test_the_series_applies_cleanly_to_the_pinned_wheel(built, series):
     m = built["manifest"]
     # the registration patches come first; the DDTree algorithm patches are appended after them
     assert [p["name"] for p in m["patches"]] == [p["name"] for p in series]
-    assert [p["name"] for p in series][:2] == [
+    assert [p["name"] for p in series] == [
         "0001-ddtree-register-algorithm.patch",
         "0002-ddtree-server-args.patch",
+        "0101-ddtree-utils.patch",
+        "0102-ddtree-worker.patch",
     ]
     assert m["sglang_version"] == "0.5.11"
     assert m["wheel"]["sha256"] == pinned_sha256()
@@ -245,9 +247,13 @@ def ddtree_validator(registration, spec_info, monkeypatch):
     [
         (
             {"budget": 16, "block": 16},
-            "budget + 1 must not exceed the block size. Use --speculative-ddtree-budget 15",
+            (
+                "budget + 1 must not exceed the block size. Use --speculative-ddtree-budget 15 or less, "
+                "or a DFlash draft trained with a block_size of at least 17."
+            ),
         ),
         ({"budget": 8, "block": 8}, "--speculative-ddtree-budget=8 does not fit the DFlash block size 8"),
+        ({"budget": 31, "block": 16}, "--speculative-ddtree-budget=31 does not fit the DFlash block size 16"),
         ({"budget": 0}, "DDTREE requires --speculative-ddtree-budget >= 1, got 0."),
         ({"topk": 0}, "DDTREE requires --speculative-ddtree-topk >= 1, got 0."),
         ({"topk": "many"}, "DDTREE requires --speculative-ddtree-topk to be an integer, got 'many'."),
@@ -261,7 +267,14 @@ def test_bad_ddtree_values_get_clear_messages(ddtree_validator, kwargs, message)
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"budget": 15, "block": 16}, {"budget": 1, "topk": 1}, {"mode": "shadow-linear"}]
+    "kwargs",
+    [
+        {},
+        {"budget": 15, "block": 16},
+        {"budget": 31, "block": 32},
+        {"budget": 1, "topk": 1},
+        {"mode": "shadow-linear"},
+    ],
 )
 def test_good_ddtree_values_pass_validation_then_meet_the_refusal(ddtree_validator, kwargs):
     with pytest.raises(ValueError, match="DDTREE tree verification is not in this patch series yet"):
