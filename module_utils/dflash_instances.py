@@ -29,7 +29,6 @@ INSTANCE_KEYS = {
 }
 DDTREE_KEYS = {"budget", "topk", "mode"}
 DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
-DDTREE_MAX_BUDGET = 255  # the patched server's limit (files/patches/sglang/0.5.11/0102-ddtree-worker.patch)
 # Flags the toolkit derives from instance fields: setting them through extra_args or pin_flags
 # would make the field and the command line disagree.
 MANAGED_FLAGS = {
@@ -307,15 +306,15 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             add("ddtree.topk", f"must be a positive integer, got {topk!r}")
         if mode not in DDTREE_MODES:
             add("ddtree.mode", f"{mode!r} is not one of {', '.join(DDTREE_MODES)}")
-        if _is_int(budget) and budget > DDTREE_MAX_BUDGET:
-            add("ddtree.budget", f"budget {budget} is above {DDTREE_MAX_BUDGET}, the most the patched sglang "
-                                 "accepts (--speculative-ddtree-budget)")
         draft_seen = (paths.get(draft) or {}).get("exists", True) if isinstance(draft, str) else False
         if algo == "DDTREE" and draft and draft_seen:
             size, source = block_size_for(inst, drafts.get(draft))
-            if size < 2:
-                add("draft_model_path", f"DDTREE needs a DFlash block size >= 2 (tree depth is block size - 1), "
-                                        f"got {size} (from {source})")
+            # the patched server's rule (0002/0102): one step verifies the root + budget nodes, and
+            # that verify block must fit the draft's block, as DFlash's linear verify does
+            if _is_int(budget) and budget >= 1 and budget + 1 > size:
+                add("ddtree.budget", f"budget {budget} + 1 (the root) = {budget + 1} verify tokens exceeds the "
+                                     f"draft's block size {size} (from {source}); use budget <= {size - 1}, "
+                                     f"or a DFlash draft trained with a block_size of at least {budget + 1}")
             derr = (drafts.get(draft) or {}).get("error")
             if derr:
                 add("draft_model_path", f"cannot read the draft's config.json: {derr}")
@@ -520,8 +519,6 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "instance.block_size_source": block_src if inst.get("algorithm") in ("DFLASH", "DDTREE") else None,
         "instance.ddtree_budget": budget if inst.get("algorithm") == "DDTREE" else None,
         "instance.ddtree_verify_tokens": budget + 1 if budget and inst.get("algorithm") == "DDTREE" else None,
-        "instance.ddtree_wider_than_block": (budget + 1 > block) if budget and inst.get("algorithm") == "DDTREE"
-        else None,
         "host.lab_standin": bool(lab_standin),
     }
 

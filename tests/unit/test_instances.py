@@ -13,6 +13,8 @@ from test_rules import CT129, CT200, PROBE_SEED_CT200, RULES
 ROOT = Path(__file__).resolve().parents[2]
 RULE_NAMES = [r["name"] for r in RULES]
 MODEL, DRAFT = "/dev/shm/Qwen3.6-27B", "/dev/shm/Qwen3.6-27B-DFlash"
+# a second DFlash draft trained with a 32-token block (what DDTREE budget 31 needs)
+DRAFT32 = "/dev/shm/Qwen3.6-27B-DFlash-b32"
 
 # What library/dflash_instances_facts.py reports on the lab ct200: the foreign DDTree wrapper on
 # 30000 (not ours), our own instance already on 30001, both model folders present.
@@ -24,9 +26,12 @@ CT200_FACTS = {
     ],
     "paths": {MODEL: {"exists": True, "isdir": True, "tmpfs": True},
               DRAFT: {"exists": True, "isdir": True, "tmpfs": True},
+              DRAFT32: {"exists": True, "isdir": True, "tmpfs": True},
               "/data/Qwen3.6-27B": {"exists": True, "isdir": True, "tmpfs": False},
               "/data/file": {"exists": True, "isdir": False, "tmpfs": False}},
-    "drafts": {DRAFT: {"block_size": 16, "block_size_source": "config.json block_size", "error": None}},
+    "drafts": {DRAFT: {"block_size": 16, "block_size_source": "config.json block_size", "error": None},
+               DRAFT32: {"block_size": 32, "block_size_source": "config.json dflash_config.block_size",
+                         "error": None}},
 }
 
 
@@ -52,8 +57,10 @@ GOOD = [
     ("seed ct200 DFLASH on GPU1", [good()]),
     ("DDTREE budget 15 topk 8 (the seeds' best)", [good(algorithm="DDTREE", ddtree={"budget": 15, "topk": 8})]),
     ("shadow-linear", [good(algorithm="DDTREE", ddtree={"mode": "shadow-linear"})]),
-    ("DDTREE budget 31 on a 16-block draft (wider tree; a warning rule, not an error)",
-     [good(algorithm="DDTREE", ddtree={"budget": 31})]),
+    ("DDTREE budget 31 on a 32-block draft", [good(algorithm="DDTREE", ddtree={"budget": 31}, draft_model_path=DRAFT32)]),
+    ("DDTREE budget 7 on the 16-block draft", [good(algorithm="DDTREE", ddtree={"budget": 7})]),
+    ("DDTREE budget 15 on an explicit 16-token block",
+     [good(algorithm="DDTREE", draft_model_path=DRAFT32, extra_args=["--speculative-dflash-block-size", "16"])]),
     ("no speculation, no draft", [good(algorithm="NONE", draft_model_path=None)]),
     ("two instances, tp2 + tp1", [good(name="a", gpus=[2, 3], port=30002),
                                    good(name="b", gpus=[4], port=30003, tp=1)]),
@@ -83,13 +90,21 @@ BAD = [
      "ct200: instance 'dflash-gpu1': field 'draft_model_path': DFLASH needs a draft model"),
     ("DDTREE without draft", [good(algorithm="DDTREE", draft_model_path="")],
      "field 'draft_model_path': DDTREE needs a draft model"),
-    ("DDTREE budget above the server's maximum", [good(algorithm="DDTREE", ddtree={"budget": 256})],
-     ("ct200: instance 'dflash-gpu1': field 'ddtree.budget': budget 256 is above 255, the most the patched "
-      "sglang accepts")),
+    ("DDTREE budget above the block size", [good(algorithm="DDTREE", ddtree={"budget": 16})],
+     ("ct200: instance 'dflash-gpu1': field 'ddtree.budget': budget 16 + 1 (the root) = 17 verify tokens exceeds "
+      "the draft's block size 16 (from config.json block_size); use budget <= 15, or a DFlash draft trained "
+      "with a block_size of at least 17")),
+    ("DDTREE budget 31 on the 16-block draft", [good(algorithm="DDTREE", ddtree={"budget": 31})],
+     ("ct200: instance 'dflash-gpu1': field 'ddtree.budget': budget 31 + 1 (the root) = 32 verify tokens exceeds "
+      "the draft's block size 16 (from config.json block_size); use budget <= 15, or a DFlash draft trained "
+      "with a block_size of at least 32")),
+    ("DDTREE budget above an explicit block size",
+     [good(algorithm="DDTREE", extra_args=["--speculative-dflash-block-size", "8"])],
+     ("field 'ddtree.budget': budget 15 + 1 (the root) = 16 verify tokens exceeds the draft's block size 8 "
+      "(from --speculative-dflash-block-size); use budget <= 7")),
     ("DDTREE with a 1-token block",
-     [good(algorithm="DDTREE", extra_args=["--speculative-dflash-block-size", "1"])],
-     ("field 'draft_model_path': DDTREE needs a DFlash block size >= 2 (tree depth is block size - 1), got 1 "
-     "(from --speculative-dflash-block-size)")),
+     [good(algorithm="DDTREE", ddtree={"budget": 1}, extra_args=["--speculative-dflash-block-size", "1"])],
+     "field 'ddtree.budget': budget 1 + 1 (the root) = 2 verify tokens exceeds the draft's block size 1"),
     ("bad ddtree mode", [good(algorithm="DDTREE", ddtree={"mode": "bushy"})],
      "field 'ddtree.mode': 'bushy' is not one of tree, shadow-linear"),
     ("bad topk", [good(algorithm="DDTREE", ddtree={"topk": 0})], "field 'ddtree.topk': must be a positive integer"),

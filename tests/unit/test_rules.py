@@ -223,18 +223,17 @@ def test_flashinfer_broken_but_torch_ok():
     assert plan(inst(gpus=[0], model_path="/data/m"), CT129, probe)["applied"] == []
 
 
-def test_ddtree_budget_wider_than_block_warns():
-    hf = {"drafts": {"/dev/shm/Qwen3.6-27B-DFlash": {"block_size": 16,
+def test_ddtree_budget_is_not_a_rule_but_a_validation_error():
+    """budget + 1 above the draft block is refused by the validator (test_instances.py), not warned."""
+    assert not any("ddtree" in r["name"] for r in RULES)
+    hf = {"drafts": {"/dev/shm/Qwen3.6-27B-DFlash": {"block_size": 32,
                                                     "block_size_source": "config.json dflash_config.block_size"}}}
     p = plan(inst(algorithm="DDTREE", ddtree={"budget": 31}, model_path="/data/m"), CT129, PROBE_GOOD, hf)
-    assert applied_names(p) == ["ddtree-budget-wider-than-block"]
-    a = p["applied"][0]
-    assert a["warn"] is True and a["flags"] == []
-    assert "verifies 32 tokens, more than the draft's block of 16 (config.json dflash_config.block_size)" in a["reason"]
-    assert p["args"][p["args"].index("--speculative-ddtree-budget") + 1] == "31"
-    # budget 15 = block - 1: the seeds' best, no warning
-    p = plan(inst(algorithm="DDTREE", model_path="/data/m"), CT129, PROBE_GOOD, hf)
     assert p["applied"] == []
+    assert p["args"][p["args"].index("--speculative-ddtree-budget") + 1] == "31"
+    ctx = di.rule_context(inst(algorithm="DDTREE", ddtree={"budget": 31}, model_path="/data/m"), CT129,
+                          PROBE_GOOD, hf)
+    assert (ctx["instance.block_size"], ctx["instance.ddtree_verify_tokens"]) == (32, 32)
 
 
 def test_staged_model_is_information_not_warning():
