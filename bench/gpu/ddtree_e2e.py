@@ -2,14 +2,16 @@
 
   prepare: copy the bundle's sglang, apply files/patches/sglang/0.5.11/series with
            module_utils/dflash_patch.py, write config-only dummy models (the shapes of
-           /work/shared/gpu/make_models.py: a Qwen3-0.6B-shaped target and a 5-layer DFlash draft).
+           /work/shared/gpu/make_models.py: a Qwen3-0.6B-shaped target and a 5-layer DFlash draft
+           with block_size 16, plus `draft32`: the same draft, same layer ids, block_size 32).
   run:     start every server on the one GPU (staggered until each has allocated its KV pool, so the
            free-memory based sizing of the next one is not disturbed), then the phases below, writing
            summary.json / summary.md after each phase so a cut-short run still reports.
 
 Servers (all --attention-backend triton, --load-format dummy, --skip-tokenizer-init):
   ref     no speculation (reference ids)             dflash  DFLASH block 16, CUDA graphs
-  t15     DDTREE budget 15 top-k 8, CUDA graphs      t7/t31  DDTREE budget 7 / 31, CUDA graphs
+  t15     DDTREE budget 15 top-k 8, CUDA graphs      t7      DDTREE budget 7, CUDA graphs
+  t31     DDTREE budget 31 on draft32 (block 32: budget + 1 must fit the draft's block), CUDA graphs
   t15ng   DDTREE budget 15, --disable-cuda-graph     sl15    DDTREE shadow-linear, no CUDA graphs
 Every speculative server runs with SGLANG_DDTREE_ORACLE=<one shared file> (re-read when it changes;
 "ranks": [] means no steering) and SGLANG_DFLASH_STEP_TIMING=<its own file> (active only while
@@ -112,7 +114,11 @@ def prepare(args):
                  tie_word_embeddings=False, block_size=16, num_target_layers=28,
                  dflash_config={"target_layer_ids": [1, 7, 13, 19, 25], "mask_token_id": 151669,
                                 "block_size": 16})  # fmt: skip
-    for name, cfg in (("target", target), ("draft", draft)):
+    # budget + 1 must not exceed the draft's block (the patched server refuses it otherwise):
+    # budget 31 needs a draft trained with a 32-token block; config-only, so the same draft
+    # shapes and layer ids with block_size 32
+    draft32 = dict(draft, block_size=32, dflash_config=dict(draft["dflash_config"], block_size=32))
+    for name, cfg in (("target", target), ("draft", draft), ("draft32", draft32)):
         d = os.path.join(args.work, "models", name)
         os.makedirs(d, exist_ok=True)
         write_json(os.path.join(d, "config.json"), cfg, indent=2)
@@ -124,9 +130,11 @@ def prepare(args):
 
 
 class Server:
-    def __init__(self, name, port, extra, work, out, spec=True, level="full", budget=None, topk=8):
+    def __init__(self, name, port, extra, work, out, spec=True, level="full", budget=None, topk=8, draft="draft", block=16):  # fmt: skip
         self.name, self.port, self.extra, self.spec, self.level = name, port, extra, spec, level
-        self.budget, self.topk = budget, topk
+        self.budget, self.topk, self.block = budget, topk, block
+        # tree depth: the worker's min(draft block - 1, budget)
+        self.depth_count = min(block - 1, budget) if budget else block - 1
         self.base = f"http://127.0.0.1:{port}"
         self.log_path = os.path.join(out, f"{name}.server.log")
         self.timing_path = os.path.join(work, f"timing-{name}.jsonl")
@@ -141,7 +149,7 @@ class Server:
             "--skip-tokenizer-init", "--attention-backend", "triton", "--context-length", "4096",
             "--mem-fraction-static", "0.1", "--max-total-tokens", "40000",
             "--max-running-requests", "8", "--cuda-graph-max-bs", "4", "--log-level", "info",
-        ] + (["--speculative-draft-model-path", os.path.join(models, "draft")] if spec else []) + extra  # fmt: skip
+        ] + (["--speculative-draft-model-path", os.path.join(models, draft)] if spec else []) + extra  # fmt: skip
 
     def start(self, oracle_path):
         env = dict(os.environ)
@@ -329,7 +337,7 @@ def run(args):
         S("t7", 31030, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "7"],
           args.work, out, level="light", budget=7),
         S("t31", 31040, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "31"],
-          args.work, out, level="light", budget=31),
+          args.work, out, level="light", budget=31, draft="draft32", block=32),
         S("t15ng", 31050, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
                            "--disable-cuda-graph"], args.work, out, level="min", budget=15),
         S("sl15", 31060, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
@@ -413,7 +421,7 @@ def run(args):
             if label == "oracle_branch":
                 res["expected_accept_drafts"] = (
                     du.expected_accept_len(RANKS_BRANCH, du.DEFAULT_ORACLE_PROFILE, srv.budget,
-                                           1 if srv.name == "sl15" else srv.topk, 15)
+                                           1 if srv.name == "sl15" else srv.topk, srv.depth_count)
                     if srv.budget else linear_expected(RANKS_BRANCH))  # fmt: skip
             return res
 
@@ -468,7 +476,7 @@ def run(args):
                     if any(a is not None for a in acc) else None,
                     "identical": not bad,
                     "expected_accept_drafts": du.expected_accept_len(
-                        ranks, du.DEFAULT_ORACLE_PROFILE, srv.budget, topk, 15) if srv.budget
+                        ranks, du.DEFAULT_ORACLE_PROFILE, srv.budget, topk, srv.depth_count) if srv.budget
                     else linear_expected(ranks)}  # fmt: skip
 
         plan = [(by["dflash"], RANKS_MATCH, None)]

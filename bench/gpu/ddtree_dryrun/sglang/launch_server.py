@@ -19,8 +19,16 @@ a = sys.argv[1:]
 port = int(a[a.index("--port") + 1])
 spec = "--speculative-algorithm" in a
 W = 16
+if "--speculative-draft-model-path" in a:  # the draft's block, as the real server reads it
+    with open(os.path.join(a[a.index("--speculative-draft-model-path") + 1], "config.json")) as fh:
+        W = int(json.load(fh)["dflash_config"]["block_size"])
 if "--speculative-ddtree-budget" in a:
-    W = int(a[a.index("--speculative-ddtree-budget") + 1]) + 1
+    budget = int(a[a.index("--speculative-ddtree-budget") + 1])
+    if budget + 1 > W:  # the patched server's rule (0002/0102), so a dry run catches a bad pairing
+        sys.exit(
+            f"ValueError: DDTREE --speculative-ddtree-budget={budget} does not fit the DFlash block size {W}"
+        )
+    W = budget + 1
 print("Memory pool end. avail mem=1", flush=True)
 time.sleep(1 + random.random())
 
