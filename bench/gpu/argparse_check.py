@@ -8,7 +8,10 @@ Two steps (bench/gpu/argparse_check.sh runs both on the GPU machine):
                           live probe of PY + PYTHONPATH (module_utils/dflash_probe.py)
            ct200-seed-* : lab/captures/ct200 (SM 12.0, nvcc 12.8) + the seeds' probe (xgrammar 0.1.10)
            ct129-*      : lab/captures/ct129 (SM 8.6) + a good probe (no fallbacks expected)
-           neg-*        : must be REJECTED (proves the parser is the real one)
+           neg-*        : must be REJECTED (proves the parser is the real one); the DDTree budget
+                          controls (budget + 1 above the draft's block) must be rejected by
+                          dflash_instances' validator too, and budget 31 on the 32-block draft
+                          accepted by both
   parse  --cases FILE --out DIR   each case in its own subprocess: argparse (ServerArgs.add_cli_args)
          and then sglang's prepare_server_args (ServerArgs.__post_init__ validation); records
          accepted / rejected with the message.
@@ -28,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "module_utils"))
 
 MODEL = "/dev/shm/Qwen3.6-27B"
-DRAFT = "/dev/shm/Qwen3.6-27B-DFlash"
+DRAFT = "/dev/shm/Qwen3.6-27B-DFlash"  # DFlash draft, block_size 16 (the seeds')
+DRAFT32 = "/dev/shm/Qwen3.6-27B-DFlash-b32"  # the same draft config with block_size 32 (budget 31)
+BLOCKS = {DRAFT: 16, DRAFT32: 32}  # what argparse_check.sh writes into their config.json
 
 PROBE_SEED_CT200 = {  # the seeds' CT200 venv after the cu130 overlay: xgrammar 0.1.10 (no StructuralTag)
     "torch": {"ok": True, "version": "2.11.0+cu130", "cuda": "13.0"},
@@ -52,6 +57,24 @@ def _instances(gpus):
         "ddtree-shadow": dict(base, algorithm="DDTREE", ddtree={"budget": 7, "topk": 4, "mode": "shadow-linear"}),
         "none": dict(base, algorithm="NONE", draft_model_path=None),
     }
+
+
+def validator_errors(inst, fp, rules):
+    """dflash_instances' own validation of one instance, with the drafts' block sizes read from their
+    config.json as library/dflash_instances_facts.py does (BLOCKS when the folders are not there)."""
+    from dflash_instances import draft_block_size, validate_instances
+
+    drafts = {}
+    for d, block in BLOCKS.items():
+        cfg = Path(d, "config.json")
+        if cfg.is_file():
+            size, source, error = draft_block_size(cfg.read_text())
+        else:
+            size, source, error = block, f"{cfg} absent: block_size {block} as argparse_check.sh writes it", None
+        drafts[d] = {"block_size": size, "block_size_source": source, "error": error}
+    facts = {"listeners": [], "drafts": drafts,
+             "paths": {p: {"exists": True, "isdir": True, "tmpfs": True} for p in (MODEL, DRAFT, DRAFT32)}}
+    return validate_instances("h200", [inst], fp, facts, [r["name"] for r in rules])
 
 
 def make_cases(python, pythonpath):
@@ -91,13 +114,24 @@ def make_cases(python, pythonpath):
     cases.append({"case": "neg-unknown-flag", "expect": "reject", "args": [*good, "--no-such-flag-dflash"]})
     cases.append({"case": "neg-bad-attention-choice", "expect": "reject",
                   "args": [*good, "--attention-backend", "not-a-backend"]})
-    ddtree = next(c for c in cases if c["case"].endswith("-ddtree"))["args"]
-    i = ddtree.index("--speculative-ddtree-budget")
-    cases.append({"case": "neg-ddtree-budget-over-255", "expect": "reject",
-                  "args": [*ddtree[:i + 1], "256", *ddtree[i + 2:]]})
-    # budget 31 with the 16-token draft block: a wider tree, accepted since 0102-ddtree-worker.patch
-    cases.append({"case": "ddtree-budget-31-wider-than-block", "expect": "accept",
-                  "args": [*ddtree[:i + 1], "31", *ddtree[i + 2:]]})
+    # DDTree budget controls: budget + 1 must not exceed the draft's block size; the patched server
+    # (0002/0102) and dflash_instances' validator must agree. Rendered for the first host (the live
+    # H200 when its fingerprint was read) with plan_instance; the validator runs on the same instance.
+    host, fp, probe, gpus = hosts[0]
+    host_facts = {"sgl_kernel": notes["live_sgl_kernel"]} if host == "h200-live" else {}
+    base = _instances(gpus)["ddtree"]
+    controls = [
+        ("neg-ddtree-budget-16-over-block-16", "reject", dict(base, ddtree={"budget": 16, "topk": 8})),
+        ("neg-ddtree-budget-31-over-block-16", "reject", dict(base, ddtree={"budget": 31, "topk": 8})),
+        ("ddtree-budget-31-block-32", "accept", dict(base, ddtree={"budget": 31, "topk": 8},
+                                                     draft_model_path=DRAFT32)),
+        ("ddtree-budget-7-block-16", "accept", dict(base, ddtree={"budget": 7, "topk": 4})),
+    ]
+    for name, expect, inst in controls:
+        p = plan_instance(inst, rules, fp, probe, host_facts, None)
+        cases.append({"case": name, "expect": expect, "args": p["args"],
+                      "applied": [{"rule": a["rule"], "flags": a["flags"]} for a in p["applied"]],
+                      "validator": validator_errors(inst, fp, rules)})
     return cases, notes
 
 
@@ -143,11 +177,16 @@ def parse_cases(cases, python, env, timeout=240):
             if line.startswith("@@RESULT@@"):
                 res = json.loads(line[len("@@RESULT@@"):])
         accepted = res.get("argparse") == "accepted" and res.get("server_args") == "accepted"
+        ok = accepted == (c["expect"] == "accept")
+        if "validator" in c:  # the DDTree budget controls: dflash_instances must agree with the server
+            ok = ok and (not c["validator"]) == (c["expect"] == "accept")
         res.update(case=c["case"], expect=c["expect"], args=c["args"], applied=c.get("applied"),
-                   ok=accepted == (c["expect"] == "accept"), seconds=round(time.monotonic() - t0, 1),
+                   ok=ok, seconds=round(time.monotonic() - t0, 1),
                    stderr_tail=proc.stderr.strip().splitlines()[-8:])
+        if "validator" in c:
+            res["validator"] = c["validator"]
         print(f"[argparse] {c['case']}: argparse={res.get('argparse')} server_args={res.get('server_args')} "
-              f"-> {'OK' if res['ok'] else 'UNEXPECTED'}", flush=True)
+              f"validator={c.get('validator', '-')} -> {'OK' if res['ok'] else 'UNEXPECTED'}", flush=True)
         results.append(res)
     return results
 
@@ -155,12 +194,17 @@ def parse_cases(cases, python, env, timeout=240):
 def write_md(results, notes, path):
     lines = ["# sglang 0.5.11 argument parser vs dflash_instances' rendered arguments", "",
              f"Run {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} by bench/gpu/argparse_check.sh", "",
-             "| case | expect | argparse | ServerArgs | ok | fallback rules |", "|---|---|---|---|---|---|"]
+             "| case | expect | argparse | ServerArgs | dflash_instances validator | ok | fallback rules |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
         rules = ", ".join(a["rule"] for a in r.get("applied") or []) or "-"
-        sa = str(r.get("server_args", "-")).replace("|", "/")[:160]
-        lines.append(f"| {r['case']} | {r['expect']} | {r.get('argparse')} | {sa} | {'yes' if r['ok'] else 'NO'} "
-                     f"| {rules} |")
+        sa = str(r.get("server_args", "-")).replace("|", "/")[:400]
+        if "validator" not in r:
+            val = "-"
+        else:
+            val = "; ".join(r["validator"]).replace("|", "/") or "accepted"
+        lines.append(f"| {r['case']} | {r['expect']} | {r.get('argparse')} | {sa} | {val} "
+                     f"| {'yes' if r['ok'] else 'NO'} | {rules} |")
     lines += ["", "## Argument lists", ""]
     for r in results:
         lines += [f"- `{r['case']}`: `{' '.join(r['args'])}`"]

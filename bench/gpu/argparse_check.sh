@@ -6,13 +6,15 @@
 #      the repository's patch series (files/patches/sglang/0.5.11) applied to a copy of its sglang
 #      with module_utils/dflash_patch.py, and that tree put first on PYTHONPATH;
 #   2. config-only model folders at the seeds' paths (/dev/shm/Qwen3.6-27B, -DFlash: a tiny Qwen3
-#      target and a DFlash draft with block_size 16);
+#      target and a DFlash draft with block_size 16) and -DFlash-b32 (the same draft, block_size 32);
 #   3. bench/gpu/argparse_check.py renders the argument lists with module_utils/dflash_instances.py and
 #      the rules table: this machine's LIVE fingerprint + LIVE probe (SM 9.0), the seeds' ct200
 #      (lab/captures/ct200: SM 12.0 + nvcc 12.8 + xgrammar 0.1.10 -> triton / pytorch sampling /
 #      grammar none) and ct129 (SM 8.6, no fallbacks), for DFLASH, DDTREE (tree, shadow-linear) and
-#      NONE, plus negative controls that must be rejected (unknown flag, bad backend choice, DDTree
-#      budget 256) and DDTree budget 31 on the 16-token block (a wider tree) that must be accepted;
+#      NONE, plus negative controls that must be rejected (unknown flag, bad backend choice) and the
+#      DDTree budget controls, judged by the server AND by dflash_instances' validator: budget 16 and
+#      31 on the 16-token draft block must be rejected (budget + 1 must not exceed the block), budget
+#      31 on the 32-token draft and budget 7 on the 16-token one must be accepted;
 #   4. each list goes through argparse (ServerArgs.add_cli_args) and prepare_server_args
 #      (ServerArgs.__post_init__) in its own subprocess.
 # Results: $OUT/argparse/{cases.json,results.json,results.md,run.log}; exit 1 when a case is unexpected.
@@ -73,6 +75,10 @@ models = {
                                         dflash_config={"target_layer_ids": [1, 7, 13, 19, 25],
                                                        "mask_token_id": 151669, "block_size": 16}),
 }
+# budget 31 needs a draft trained with a 32-token block: same draft config, same layer ids
+models["/dev/shm/Qwen3.6-27B-DFlash-b32"] = dict(
+    models["/dev/shm/Qwen3.6-27B-DFlash"], block_size=32,
+    dflash_config=dict(models["/dev/shm/Qwen3.6-27B-DFlash"]["dflash_config"], block_size=32))
 for d, cfg in models.items():
     os.makedirs(d, exist_ok=True)
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)

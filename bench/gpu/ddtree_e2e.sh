@@ -3,7 +3,8 @@
 #
 # What it proves (results in $OUT/ddtree/summary.md + summary.json, server logs beside them):
 #   1. greedy output ids of DDTREE == no speculation: 3 prompts x 64/256 new tokens, batch 1, and
-#      4 prompts together (batch 4) x 64/256; budgets 7/15/31, with and without CUDA graphs,
+#      4 prompts together (batch 4) x 64/256; budgets 7/15 (16-block draft) and 31 (a second
+#      config-only draft with block_size 32: budget + 1 must fit the block), with and without CUDA graphs,
 #      and --speculative-ddtree-mode shadow-linear; DFLASH alongside.
 #   2. with the test-only oracle (SGLANG_DDTREE_ORACLE) steering the draft, including non-first
 #      branches: accept length > 1 and still identical ids.

@@ -8,7 +8,10 @@
 2. With `PYTHONPATH=<tree>:<sglang bundle>`, each case runs in its own subprocess against sglang's
    real code: `import sglang` must come from the tree; SpeculativeAlgorithm.DDTREE.is_dflash();
    sglang's own argparse (ServerArgs.add_cli_args) and prepare_server_args (ServerArgs.__post_init__)
-   on config-only models must accept the DDTREE flags and reject bad values with our messages.
+   on config-only models must accept the DDTREE flags and reject bad values with our messages;
+   on the whole series, budget + 1 above the draft's block is rejected (16 and 31 on the 16-block
+   draft) and budget 31 on a 32-block draft (`draft32`, same layer ids) is accepted with a
+   32-token verify width.
 
 usage: tree_check.py --wheel W --site SITE --work DIR --out DIR
 Writes DIR/results.json and DIR/results.md; exit status 1 when a case is not as expected.
@@ -141,6 +144,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
 
     target, draft = work / "models" / "target", work / "models" / "draft"
+    draft32 = work / "models" / "draft32"  # the same draft trained with a 32-token block (budget 31)
     for d, cfg in (
         (target, dict(COMMON, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28)),
         (
@@ -155,6 +159,21 @@ def main():
                     "target_layer_ids": [1, 7, 13, 19, 25],
                     "mask_token_id": 151669,
                     "block_size": 16,
+                },
+            ),
+        ),
+        (
+            draft32,
+            dict(
+                COMMON,
+                architectures=["DFlashDraftModel"],
+                num_hidden_layers=5,
+                block_size=32,
+                num_target_layers=28,
+                dflash_config={
+                    "target_layer_ids": [1, 7, 13, 19, 25],
+                    "mask_token_id": 151669,
+                    "block_size": 32,
                 },
             ),
         ),
@@ -242,7 +261,8 @@ def main():
             "budget-too-big",
             [*dd, "--speculative-ddtree-budget", "16"],
             {
-                "error": "budget + 1 must not exceed the block size. Use --speculative-ddtree-budget 15 or less."
+                "error": "budget + 1 must not exceed the block size. Use --speculative-ddtree-budget 15 or less, "
+                "or a DFlash draft trained with a block_size of at least 17."
             },
         ),
         (
@@ -273,8 +293,58 @@ def main():
             [*base, "--speculative-algorithm", "DFLASH"],
             {"ok": True},
         ),
-        # the whole series (the DDTree algorithm engineer's patches replace the refusal): recorded
-        ("full", "server_args", "full-series-ddtree", dd, {"record": True}),
+        # the whole series: the refusal is gone, the budget rule stays (budget + 1 <= the draft's
+        # block); parsed = algorithm, budget, top-k, mode, verify width (speculative_num_draft_tokens)
+        ("full", "server_args", "full-series-ddtree", dd, {"parsed": ["DDTREE", 15, 8, "tree", 16]}),
+        (
+            "full",
+            "server_args",
+            "full-budget-7-block-16",
+            [*dd, "--speculative-ddtree-budget", "7", "--speculative-ddtree-mode", "shadow-linear"],
+            {"parsed": ["DDTREE", 7, 8, "shadow-linear", 8]},
+        ),
+        (
+            "full",
+            "server_args",
+            "full-budget-16-over-block-16",
+            [*dd, "--speculative-ddtree-budget", "16"],
+            {
+                "error": "--speculative-ddtree-budget=16 does not fit the DFlash block size 16",
+                "also": "or a DFlash draft trained with a block_size of at least 17.",
+            },
+        ),
+        (
+            "full",
+            "server_args",
+            "full-budget-31-over-block-16",
+            [*dd, "--speculative-ddtree-budget", "31"],
+            {
+                "error": "--speculative-ddtree-budget=31 does not fit the DFlash block size 16",
+                "also": "Use --speculative-ddtree-budget 15 or less, or a DFlash draft trained with a "
+                "block_size of at least 32.",
+            },
+        ),
+        (
+            "full",
+            "server_args",
+            "full-budget-31-block-32",
+            [
+                *base[:-1],
+                str(draft32),
+                "--speculative-algorithm",
+                "DDTREE",
+                "--speculative-ddtree-budget",
+                "31",
+            ],
+            {"parsed": ["DDTREE", 31, 8, "tree", 32]},
+        ),
+        (
+            "full",
+            "server_args",
+            "full-budget-vs-explicit-block",
+            [*dd, "--speculative-num-draft-tokens", "8", "--speculative-ddtree-budget", "8"],
+            {"error": "--speculative-ddtree-budget=8 does not fit the DFlash block size 8"},
+        ),
         (
             "full",
             "server_args",
@@ -296,12 +366,14 @@ def main():
         ):
             problems.append(f"DDTREE flags wrong: {dd_info}")
         if "parsed" in expect:
-            got = list((res.get("parsed") or {}).values())[:4]
+            got = list((res.get("parsed") or {}).values())[: len(expect["parsed"])]
             if not res.get("ok") or got != expect["parsed"]:
                 problems.append(f"expected parsed {expect['parsed']}, got {got} / {res.get('error')}")
         if "error" in expect:
             if res.get("ok") or expect["error"] not in (res.get("error") or ""):
                 problems.append(f"expected error containing {expect['error']!r}, got {res.get('error')!r}")
+            elif expect.get("also") and expect["also"] not in (res.get("error") or ""):
+                problems.append(f"error lacks {expect['also']!r}: {res.get('error')!r}")
             if "stderr" in expect and not any(expect["stderr"] in ln for ln in res["stderr_tail"]):
                 problems.append(f"stderr lacks {expect['stderr']!r}")
         if expect.get("ok") and not res.get("ok"):
