@@ -13,7 +13,7 @@ description:
   - C(activate) points C(<prefix>/current) at a release (atomic); C(deactivate) removes it.
   - C(mark) records the smoke verdict (C(status.json)); C(list) lists releases oldest first
     (order from the manifests); C(rollback_plan) says which release a rollback goes to and what
-    changes; C(prune) keeps the newest O(keep) (and current and O(protect)) and removes unused
+    changes; C(rollback) does both and switches current to the target; C(prune) keeps the newest O(keep) (and current and O(protect)) and removes unused
     patched trees and, with O(prune_layers), unused layers.
   - Logic lives in C(module_utils/dflash_release.py).
 options:
@@ -21,7 +21,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [prepare, activate, deactivate, mark, list, rollback_plan, prune]
+    choices: [prepare, activate, deactivate, mark, list, rollback_plan, rollback, prune]
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   layers: {description: The dflash_layers fact (final layer last)., type: list, elements: dict}
   tree: {description: The dflash_tree fact., type: dict}
@@ -69,6 +69,7 @@ from ansible.module_utils.dflash_release import (
     plan_rollback,
     prepare,
     prune,
+    rollback,
 )
 
 try:
@@ -81,7 +82,8 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "action": {"type": "str", "required": True,
-                       "choices": ["prepare", "activate", "deactivate", "mark", "list", "rollback_plan", "prune"]},
+                       "choices": ["prepare", "activate", "deactivate", "mark", "list", "rollback_plan",
+                                   "rollback", "prune"]},
             "prefix": {"type": "path", "default": "/opt/dflash"},
             "layers": {"type": "list", "elements": "dict"},
             "tree": {"type": "dict"},
@@ -117,6 +119,8 @@ def main():
             module.exit_json(**mark(prefix, p["release_id"], p["status"], p["detail"] or {}, check_mode=check))
         if p["action"] == "list":
             module.exit_json(changed=False, **listing(prefix))
+        if p["action"] == "rollback":
+            module.exit_json(**rollback(prefix, p["rollback_to"], check_mode=check))
         if p["action"] == "rollback_plan":
             module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"]))
         if p["action"] == "prune":

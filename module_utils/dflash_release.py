@@ -644,6 +644,17 @@ def plan_rollback(prefix: str, rollback_to: str | None = None) -> dict:
     }
 
 
+def rollback(prefix: str, rollback_to: str | None = None, check_mode=False) -> dict:
+    """Plan and switch in one step (rollback.yml): the listing, the plan, then ``current`` moved
+    to the target (not in check mode)."""
+    out = plan_rollback(prefix, rollback_to)
+    out["lines"] = listing(prefix)["lines"]
+    out["changed"] = out["target"] != out["current"]
+    if out["changed"] and not check_mode:
+        activate(prefix, out["target"])
+    return out
+
+
 def prune(prefix: str, keep: int, protect=(), check_mode=False) -> dict:
     """Delete releases beyond the newest ``keep`` (never current nor ``protect``), then report
     which layer / tree paths the kept releases still use and which tree dirs are unused."""

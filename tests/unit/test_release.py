@@ -264,3 +264,18 @@ def test_listing_lines_mark_current(tmp_path):
     out = r.listing(prefix)
     assert out["lines"][0].startswith(rid) and out["lines"][0].endswith("<- current")
     assert "rev abc123" in out["lines"][0] and "[main]" in out["lines"][0]
+
+
+def test_rollback_plans_and_switches_in_one_step(tmp_path):
+    prefix = str(tmp_path / "opt")
+    ids = [
+        prep(tmp_path, layers=layers(tmp_path, h), now=r.utc_now() + dt.timedelta(seconds=i))["id"]
+        for i, h in enumerate(["aaaa", "bbbb"])
+    ]
+    r.activate(prefix, ids[1])
+    dry = r.rollback(prefix, check_mode=True)
+    assert dry["changed"] and dry["target"] == ids[0] and r.current_id(prefix) == ids[1]
+    assert dry["lines"][1].endswith("<- current")
+    done = r.rollback(prefix)
+    assert done["changed"] and r.current_id(prefix) == ids[0] and done["changed_instances"] == ["main"]
+    assert not r.rollback(prefix, ids[0])["changed"]
