@@ -561,7 +561,9 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
 def activate(prefix: str, release_id: str, check_mode=False) -> dict:
     """Point ``<prefix>/current`` at ``releases/<id>`` (relative link, atomic rename)."""
     path = os.path.join(releases_dir(prefix), release_id)
-    if not RELEASE_ID_RE.match(release_id) or not os.path.isfile(os.path.join(path, MANIFEST)):
+    exists = os.path.isfile(os.path.join(path, MANIFEST))
+    # in check mode a release that prepare would create does not exist yet
+    if not RELEASE_ID_RE.match(release_id) or not (exists or check_mode):
         raise ReleaseError(f"release {release_id}: {path}/{MANIFEST} not found")
     before = current_id(prefix)
     if before == release_id:

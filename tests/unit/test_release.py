@@ -146,6 +146,7 @@ def test_changed_flags_make_new_release_with_previous_and_only_that_instance_cha
 def test_check_mode_writes_nothing(tmp_path):
     res = prep(tmp_path, check_mode=True)
     assert res["created"] and not (tmp_path / "opt/releases").exists()
+    assert r.activate(str(tmp_path / "opt"), res["id"], check_mode=True)["changed"]
     r_act = r.activate(str(tmp_path / "opt"), prep(tmp_path)["id"], check_mode=True)
     assert r_act["changed"] and not os.path.lexists(tmp_path / "opt/current")
 
