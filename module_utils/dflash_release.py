@@ -45,6 +45,7 @@ VOLATILE_FINGERPRINT_KEYS = frozenset(
         "memory_used_mib",
         "memory_free_mib",
         "processes",
+        "process_units",
         "utilization_gpu",
         "utilization_memory",
         "temperature_gpu",

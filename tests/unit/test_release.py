@@ -67,6 +67,7 @@ def test_fingerprint_digest_ignores_volatile_fields():
     busy = json.loads(json.dumps(FP))
     busy["gpus"][0]["memory_used_mib"] = 80000
     busy["gpus"][0]["processes"] = [{"pid": 42, "name": "python", "used_mib": 80000}]
+    busy["gpus"][0]["process_units"] = ["dflash-main.service"]
     busy["gpus"][0]["healthy"] = False
     busy["problems"] = ["GPU 0 busy"]
     assert r.fingerprint_digest(busy) == r.fingerprint_digest(FP)
