@@ -55,11 +55,14 @@ lint: controller
 unit: controller
 	pytest -q
 
-molecule: controller lab-image ## every scenario under molecule/, one after the other
-	@for s in $(SCENARIOS); do \
-	  echo "== molecule test -s $$s"; \
-	  MOLECULE_EPHEMERAL_DIRECTORY=$(REPO)/.molecule/$(LAB_PREFIX)$$s molecule test -s $$s || exit 1; \
-	done
+molecule: controller lab-image ## every scenario under molecule/, one after the other; all run, fails if one failed
+	@failed=""; for s in $(SCENARIOS); do \
+	  echo "== molecule test -s $$s"; start=$$(date +%s); \
+	  if MOLECULE_EPHEMERAL_DIRECTORY=$(REPO)/.molecule/$(LAB_PREFIX)$$s molecule test -s $$s; then res=ok; \
+	  else res=FAILED; failed="$$failed $$s"; fi; \
+	  echo "== molecule $$s: $$res in $$(( $$(date +%s) - start ))s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "molecule scenarios failed:$$failed"; exit 1; fi
 
 test: ## lint + unit + molecule, each part timed; all parts run, fails if one failed
 	@scripts/timed.sh lint unit molecule
