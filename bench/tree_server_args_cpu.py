@@ -6,8 +6,8 @@ dependencies in some venv (torch, transformers==5.6.0, ...; see bench/tree_serve
 
     PYTHONPATH=<tree> HF_HUB_OFFLINE=1 <venv>/bin/python bench/tree_server_args_cpu.py [WORKDIR]
 
-Config-only models (a Qwen3-0.6B-shaped target, a DFlash draft with block_size 16) are written to
-WORKDIR (default /tmp/tree-server-args-models). Prints one line per case: OK/ERR, the flags, and
+Config-only models (a Qwen3-0.6B-shaped target, a DFlash draft with block_size 16, and `draft32`:
+the same draft with block_size 32, for DDTREE budget 31) are written to WORKDIR (default /tmp/tree-server-args-models). Prints one line per case: OK/ERR, the flags, and
 the resolved values or the error.
 """
 
@@ -36,6 +36,7 @@ common = {
     "tie_word_embeddings": False,
 }
 target, draft = os.path.join(work, "target"), os.path.join(work, "draft")
+draft32 = os.path.join(work, "draft32")
 for d, cfg in (
     (target, dict(common, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28)),
     (
@@ -47,6 +48,17 @@ for d, cfg in (
             block_size=16,
             num_target_layers=28,
             dflash_config={"target_layer_ids": [1, 7, 13, 19, 25], "mask_token_id": 151669, "block_size": 16},
+        ),
+    ),
+    (
+        draft32,
+        dict(
+            common,
+            architectures=["DFlashDraftModel"],
+            num_hidden_layers=5,
+            block_size=32,
+            num_target_layers=28,
+            dflash_config={"target_layer_ids": [1, 7, 13, 19, 25], "mask_token_id": 151669, "block_size": 32},
         ),
     ),
 ):
@@ -72,6 +84,8 @@ base = [
 cases = [
     ["DDTREE"],
     ["DDTREE", "--speculative-ddtree-budget", "16"],
+    ["DDTREE", "--speculative-ddtree-budget", "31"],
+    ["DDTREE", "--speculative-ddtree-budget", "31", "--speculative-draft-model-path", draft32],
     ["DDTREE", "--speculative-ddtree-topk", "0"],
     ["DDTREE", "--speculative-ddtree-budget", "0"],
     ["DDTREE", "--speculative-num-draft-tokens", "8", "--speculative-ddtree-budget", "8"],
@@ -79,12 +93,13 @@ cases = [
     ["DFLASH"],
 ]
 for extra in cases:
-    flags = " ".join(["--speculative-algorithm", *extra])
+    flags = " ".join(["--speculative-algorithm", *extra]).replace(work + "/", "")
     try:
         sa = prepare_server_args([*base, "--speculative-algorithm", *extra])
         print(
             f"OK  {flags}: num_draft_tokens={sa.speculative_num_draft_tokens} "
-            f"budget={sa.speculative_ddtree_budget} topk={sa.speculative_ddtree_topk} mode={sa.speculative_ddtree_mode}"
+            f"budget={sa.speculative_ddtree_budget} topk={sa.speculative_ddtree_topk} mode={sa.speculative_ddtree_mode} "
+            f"draft_block={getattr(sa, 'speculative_ddtree_draft_block_size', None)}"
         )
     except BaseException as e:  # noqa: BLE001 - every outcome is the result (SystemExit from argparse too)
         print(f"ERR {flags}: {type(e).__name__}: {e}")
