@@ -60,10 +60,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_smoke import (
     FIBONACCI_PROMPT,
     SmokeError,
-    endpoint,
     load_manifest_instances,
-    merge_record,
-    smoke_instance,
+    smoke_all,
 )
 
 
@@ -97,25 +95,11 @@ def main():
             module.fail_json(msg=f"{where}{exc}")
     if module.check_mode:
         module.exit_json(changed=False, instances={}, failed_instances=[], msg="not run in check mode")
-    results, failed, msgs = {}, [], []
     for i, item in enumerate(p["instances"]):
-        name = item.get("name")
-        if not name:
+        if not item.get("name"):
             module.fail_json(msg=f"{where}instances[{i}]: name is required")
-        args = [str(a) for a in item.get("args") or []]
-        base = item.get("base_url") or endpoint(args, item.get("port"))
-        try:
-            rec = smoke_instance(base, args, algorithm=item.get("algorithm"), prompt=p["prompt"],
-                                 max_tokens=p["max_tokens"], temperature=p["temperature"], timeout=p["timeout"],
-                                 spec_max_new_tokens=p["spec_max_new_tokens"])
-            rec["passed"] = True
-        except SmokeError as exc:
-            rec = dict(exc.record, passed=False)
-            failed.append(name)
-            msgs.append(f"{where}instance {name}: smoke failed: {exc}")
-        results[name] = rec
-        if p["record_dir"]:
-            merge_record(p["record_dir"], name, "smoke", rec)
+    opts = {k: p[k] for k in ("prompt", "max_tokens", "temperature", "timeout", "spec_max_new_tokens")}
+    results, failed, msgs = smoke_all(p["instances"], opts, p["record_dir"], where)
     out = {"changed": bool(p["record_dir"]), "instances": results, "failed_instances": failed}
     if failed:
         module.fail_json(msg="; ".join(msgs), **out)

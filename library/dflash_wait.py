@@ -55,6 +55,27 @@ options:
     description: With O(release_dir), only these instances (default all).
     type: list
     elements: str
+  smoke:
+    description: Once healthy, also run the generation smoke test and speculative proof (C(dflash_smoke)).
+    type: bool
+    default: false
+  prompt: {description: Chat prompt of the smoke test., type: str, default: "Write a Python function fibonacci(n) using iteration. Return only code."}
+  max_tokens: {description: max_tokens of the smoke chat completion., type: int, default: 128}
+  temperature: {description: Temperature of the smoke test., type: float, default: 0}
+  smoke_timeout: {description: Seconds per smoke HTTP request., type: float, default: 120}
+  spec_max_new_tokens: {description: max_new_tokens of the /generate proof., type: int, default: 64}
+  service_manager:
+    description: systemd, or C(runner) for hosts without systemd (C(module_utils/dflash_runner.py)).
+    type: str
+    choices: [systemd, runner]
+    default: systemd
+  unit_dir: {description: Unit files (runner)., type: path, default: /etc/systemd/system}
+  log_dir: {description: Logs of runner-managed units., type: path, default: /var/log/dflash}
+  run_dir: {description: Pidfiles of runner-managed units., type: path, default: /run/dflash}
+  mark:
+    description: With O(release_dir) and everything passed, record the release healthy (C(status.json)).
+    type: bool
+    default: false
 author: dflash-deploy
 """
 
@@ -73,14 +94,22 @@ seconds: {description: Seconds from the restart to the verdict., type: float, re
 failed_instances: {description: Names that failed or timed out., type: list, returned: always}
 instances: {description: Per instance verdict, seconds, unit state, /health and diagnosis., type: dict,
   returned: always}
+smoke: {description: Per instance smoke record (with O(smoke))., type: dict, returned: with smoke}
 timings: {description: Epoch seconds on the host of restart_at, wait_from, verdict_at and done_at., type: dict,
   returned: when the wait ran}
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_release import ReleaseError, mark
+from ansible.module_utils.dflash_runner import log_since_last_start
+from ansible.module_utils.dflash_runner import show as runner_show
+from ansible.module_utils.dflash_runner import start as runner_start
+from ansible.module_utils.dflash_runner import stop as runner_stop
 from ansible.module_utils.dflash_smoke import (
+    FIBONACCI_PROMPT,
     SHOW_PROPERTIES,
     SmokeError,
     describe_failure,
@@ -90,6 +119,7 @@ from ansible.module_utils.dflash_smoke import (
     load_manifest_instances,
     merge_record,
     parse_show,
+    smoke_all,
     unit_name,
     wait_units,
 )
@@ -112,6 +142,17 @@ def main():
             "diagnose": {"type": "bool", "default": True},
             "record_dir": {"type": "path"},
             "host": {"type": "str", "default": ""},
+            "smoke": {"type": "bool", "default": False},
+            "prompt": {"type": "str", "default": FIBONACCI_PROMPT},
+            "max_tokens": {"type": "int", "default": 128},
+            "temperature": {"type": "float", "default": 0.0},
+            "smoke_timeout": {"type": "float", "default": 120.0},
+            "spec_max_new_tokens": {"type": "int", "default": 64},
+            "mark": {"type": "bool", "default": False},
+            "service_manager": {"type": "str", "default": "systemd", "choices": ["systemd", "runner"]},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "log_dir": {"type": "path", "default": "/var/log/dflash"},
+            "run_dir": {"type": "path", "default": "/run/dflash"},
         },
         required_one_of=[("instances", "release_dir")],
         mutually_exclusive=[("instances", "release_dir")],
@@ -127,7 +168,7 @@ def main():
             p["instances"] = load_manifest_instances(p["release_dir"], p["names"])
         except SmokeError as exc:
             module.fail_json(msg=f"{where}{exc}")
-    insts = []
+    insts, insts_full = [], p["instances"]
     for i, item in enumerate(p["instances"]):
         if not item.get("name"):
             module.fail_json(msg=f"{where}instances[{i}]: name is required")
@@ -142,10 +183,17 @@ def main():
         module.exit_json(changed=p["restart"], verdict="skipped (check mode)", seconds=0.0, failed_instances=[],
                          instances={i["name"]: {"verdict": "not run"} for i in insts})
 
-    systemctl = module.get_bin_path("systemctl", required=True)
+    if p["service_manager"] == "runner":
+        systemctl = None
+        runner = RunnerBackend(p["unit_dir"], p["log_dir"], p["run_dir"])
+    else:
+        systemctl = module.get_bin_path("systemctl", required=True)
+        runner = None
     since = time.time()
     restart_out = None
-    if p["restart"]:
+    if p["restart"] and runner:
+        restart_out = runner.restart([i["unit"] for i in insts])
+    elif p["restart"]:
         # a unit that cannot even start (missing EnvironmentFile, bad ExecStart) makes this fail;
         # the poll below sees the unit state and the journal says why
         units = [i["unit"] for i in insts]
@@ -155,6 +203,8 @@ def main():
         restart_out = {"rc": rc, "stderr": err.strip()[-2000:]}
 
     def show(unit):
+        if runner:
+            return runner.show(unit)
         rc, out, _ = module.run_command([systemctl, "show", "-p", ",".join(SHOW_PROPERTIES), "--", unit])
         return parse_show(out) if rc == 0 else {"LoadState": "error"}
 
@@ -171,7 +221,9 @@ def main():
         st["unit"] = inst["unit"]
         if inst["name"] in res["failed"]:
             diag = None
-            if p["diagnose"] and journalctl:
+            if p["diagnose"] and runner:
+                diag = runner.diagnose(inst["unit"])
+            elif p["diagnose"] and journalctl:
                 diag = diagnose_unit(module, journalctl, inst["unit"], since)
             st["diagnosis"] = diag
             msgs.append(where + describe_failure(inst["name"], st, diag))
@@ -189,7 +241,69 @@ def main():
     }
     if res["verdict"] != "healthy":
         module.fail_json(msg="; ".join(msgs) or f"{where}wait: {res['verdict']}", **result)
+    if p["smoke"]:
+        # generation + speculative proof in the same module call (one transport round trip less)
+        opts = {"prompt": p["prompt"], "max_tokens": p["max_tokens"], "temperature": p["temperature"],
+                "timeout": p["smoke_timeout"], "spec_max_new_tokens": p["spec_max_new_tokens"]}
+        smoke, failed, smsgs = smoke_all(insts_full, opts, p["record_dir"], where)
+        result["smoke"] = smoke
+        result["failed_instances"] = failed
+        if failed:
+            module.fail_json(msg="; ".join(smsgs), **result)
+    if p["mark"] and p["release_dir"]:
+        # the release proved healthy: status.json (what dflash_release action=mark writes)
+        rdir = os.path.realpath(p["release_dir"])
+        detail = {"instances": [i["name"] for i in insts], "smoke": result.get("smoke", {})}
+        try:
+            result["status"] = mark(os.path.dirname(os.path.dirname(rdir)), os.path.basename(rdir), "healthy",
+                                    detail)["status"]
+        except ReleaseError as exc:
+            module.fail_json(msg=f"{where}{exc}", **result)
     module.exit_json(**result)
+
+
+class RunnerBackend:
+    """Hosts without systemd (dflash_service_manager=runner): the rendered unit's command runs in its
+    own session (module_utils/dflash_runner.py); the log file since the last start stands in for the
+    journal. User=, sandboxing and Restart= are not applied there."""
+
+    def __init__(self, unit_dir, log_dir, run_dir):
+        self.unit_dir, self.log_dir, self.run_dir = unit_dir, log_dir, run_dir
+
+    def _paths(self, unit):
+        return (os.path.join(self.unit_dir, unit), os.path.join(self.log_dir, unit + ".log"),
+                os.path.join(self.run_dir, unit + ".pid"))
+
+    def restart(self, units):
+        errors = []
+        for unit in units:
+            path, log, pidfile = self._paths(unit)
+            runner_stop(pidfile)
+            try:
+                runner_start(path, log, pidfile)
+            except (OSError, ValueError, KeyError) as exc:
+                errors.append(f"{unit}: {exc}")
+        return {"rc": 1 if errors else 0, "stderr": "; ".join(errors), "backend": "runner"}
+
+    def show(self, unit):
+        path, _log, pidfile = self._paths(unit)
+        if not os.path.exists(path):
+            return {"LoadState": "not-found"}
+        return runner_show(pidfile)
+
+    def diagnose(self, unit):
+        _path, log, _pid = self._paths(unit)
+        try:
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                text = log_since_last_start(fh.read())
+        except OSError as exc:
+            text = str(exc)
+        if diagnose_text is None:
+            return {"cause": "unknown", "summary": "dflash_diagnose is not available", "remedy": "",
+                    "evidence": text.splitlines()[-10:]}
+        diag = dict(diagnose_text(text, source=log))
+        diag["journal_tail"] = text.splitlines()[-30:]
+        return diag
 
 
 def diagnose_unit(module, journalctl, unit, since):

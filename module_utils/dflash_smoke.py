@@ -392,3 +392,24 @@ def merge_record(record_dir, name, key, value):
         fh.write("\n")
     os.replace(tmp, path)
     return path
+
+
+def smoke_all(instances, opts, record_dir=None, where=""):
+    """smoke_instance for each {name, args, algorithm?, base_url?, port?}; records go to
+    ``<record_dir>/<name>.json`` (key ``smoke``).  Returns (records by name, failed names, messages)."""
+    results, failed, msgs = {}, [], []
+    for item in instances:
+        name = item["name"]
+        args = [str(a) for a in item.get("args") or []]
+        base = item.get("base_url") or endpoint(args, item.get("port"))
+        try:
+            rec = smoke_instance(base, args, algorithm=item.get("algorithm"), **opts)
+            rec["passed"] = True
+        except SmokeError as exc:
+            rec = dict(exc.record, passed=False)
+            failed.append(name)
+            msgs.append(f"{where}instance {name}: smoke failed: {exc}")
+        results[name] = rec
+        if record_dir:
+            merge_record(record_dir, name, "smoke", rec)
+    return results, failed, msgs
