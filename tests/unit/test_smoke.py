@@ -263,3 +263,16 @@ def test_instances_from_manifest_and_records(tmp_path):
     s.merge_record(str(tmp_path / "smoke"), "main", "wait", {"verdict": "healthy"})
     s.merge_record(str(tmp_path / "smoke"), "main", "smoke", {"passed": True})
     assert json.loads((tmp_path / "smoke" / "main.json").read_text()) == {"wait": {"verdict": "healthy"}, "smoke": {"passed": True}}
+
+
+def test_smoke_all_records_every_instance_and_names_failures(tmp_path, server):
+    bad = Server(reasoning="")
+    try:
+        insts = [{"name": "good", "args": ARGS, "base_url": server.url},
+                 {"name": "bad", "args": ARGS, "base_url": bad.url}]
+        res, failed, msgs = s.smoke_all(insts, {"timeout": 5}, str(tmp_path), "ct200: ")
+    finally:
+        bad.close()
+    assert failed == ["bad"] and res["good"]["passed"] and not res["bad"]["passed"]
+    assert msgs == [f"ct200: instance bad: smoke failed: {res['bad']['error']}"]
+    assert json.loads((tmp_path / "bad.json").read_text())["smoke"]["passed"] is False
