@@ -35,5 +35,12 @@ fi
 "$PY" bench/gpu/ddtree_e2e.py prepare --site "$SITE" --work "$WORK" \
   --series files/patches/sglang/0.5.11 --out "$OUT/ddtree"
 export PYTHONPATH="$WORK/tree:$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+if [ -n "${DRYRUN:-}" ]; then
+  # CPU dry run of the orchestration: the stand-in server of bench/gpu/ddtree_dryrun answers instead of
+  # sglang (same flags; it refuses budget + 1 above the draft's block like the patched server), e.g.
+  #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_e2e.sh
+  echo "[e2e] DRYRUN: stand-in servers (bench/gpu/ddtree_dryrun), not sglang"
+  export PYTHONPATH="$PWD/bench/gpu/ddtree_dryrun:$PYTHONPATH"
+fi
 "$PY" -m py_compile "$WORK"/tree/sglang/srt/speculative/ddtree_*.py "$WORK"/tree/sglang/srt/speculative/dflash_worker.py
 "$PY" bench/gpu/ddtree_e2e.py run --work "$WORK" --out "$OUT/ddtree" --deadline-s "${DEADLINE_S:-520}"
