@@ -10,8 +10,9 @@
 #      (ServerArgs.add_cli_args) takes the --speculative-ddtree-* flags and rejects bad ones, and
 #      prepare_server_args (ServerArgs.__post_init__, on config-only models) rejects bad values with
 #      our messages and, on the registration tree, refuses DDTREE with the "not in this patch series
-#      yet" message once the values are valid; DFLASH still passes. The whole series' DDTREE outcome
-#      is recorded for the algorithm engineer.
+#      yet" message once the values are valid; DFLASH still passes. On the whole series DDTREE is
+#      accepted (verify width budget + 1), budget + 1 above the draft's block is refused (16 and 31 on
+#      the 16-block draft, 8 on an explicit 8-token block) and budget 31 on a 32-block draft accepted.
 # Needs: the bundle .gpu/site.tar.xz (/work/shared/gpu/build_bundle.sh) and the wheel in .cache/wheels
 # (the unit tests download it: tests/sglang_wheel.py), both carried; /opt/torch/.venv (torch cu130).
 #
