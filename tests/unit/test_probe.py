@@ -149,3 +149,16 @@ def test_h200_fixture_shows_the_cu130_overlay_working():
     assert probe["sglang"]["ok"] and "DFLASH" in probe["sglang"]["speculative_algorithms"]
     assert P.gate(probe, "13.0", ["torch", "sgl_kernel", "flashinfer", "xgrammar", "soundfile", "sglang"]) == []
     assert P.gate(probe, "12.8")[0].startswith("torch 2.11.0+cu130 is built for CUDA 13.0")
+
+
+def test_lab_fixture_shows_the_overlay_shadowing_the_base():
+    """The lab probe ran with the overlay's python: its site-packages come first, the base's
+    after; xgrammar 0.1.32 (with StructuralTag) is the overlay's although the base has 0.1.10, and
+    torch, only in the base, is still found."""
+    probe = json.loads((FIXTURES / "lab.json").read_text())["probe"]
+    sites = [p for p in probe["python"]["path"] if p.endswith("site-packages")]
+    assert len(sites) == 2 and "/layers/overlay-" in sites[0] and "/layers/base-" in sites[1]
+    assert probe["xgrammar"]["file"].startswith(sites[0]) and probe["xgrammar"]["structural_tag"]
+    assert probe["torch"]["file"].startswith(sites[1]) and probe["torch"]["cuda"] is None
+    assert probe["soundfile"]["file"].startswith(sites[0])
+    assert probe["sglang"]["error"] == "ModuleNotFoundError: No module named 'sglang'"
