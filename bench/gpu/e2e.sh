@@ -36,7 +36,7 @@ playbook() { "$PY" -m ansible.cli.playbook -i inventory/gpu "$@"; }
 say "ansible: $("$PY" -m ansible.cli.playbook --version | head -1)"
 
 # 3. config-only models + an offline tokenizer
-"$PY" scripts/gpu/make_models.py /root/models >/dev/null && say "models in /root/models"
+"$PY" scripts/gpu/make_models.py /srv/models >/dev/null && say "models in /srv/models"
 
 collect() {  # what later tests can use offline
   mkdir -p "$OUT/artifacts"
