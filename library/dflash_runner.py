@@ -53,8 +53,8 @@ def main():
     running = before["ActiveState"] == "active"
     changed = (p["state"] == "started" and not running) or (p["state"] == "stopped" and running) \
         or p["state"] == "restarted"
-    result = {"changed": changed, "unit": unit, "log": log, "pidfile": pidfile, "before": before,
-              "warnings": [NOT_EMULATED]}
+    module.warn(NOT_EMULATED)
+    result = {"changed": changed, "unit": unit, "log": log, "pidfile": pidfile, "before": before}
     if module.check_mode or not changed:
         module.exit_json(show=before, **result)
     if p["state"] in ("stopped", "restarted"):

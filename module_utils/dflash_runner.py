@@ -79,12 +79,39 @@ def expand_exec(value, env):
     return argv
 
 
-def resolve(unit_text, base_env=None):
+# systemd specifiers for system units (systemd.unit(5), "Specifiers")
+SPECIFIER_DIRS = {"C": "/var/cache", "S": "/var/lib", "L": "/var/log", "t": "/run", "T": "/tmp", "V": "/var/tmp",
+                  "E": "/etc"}
+DIRECTORY_KEYS = {"CacheDirectory": "/var/cache", "StateDirectory": "/var/lib", "LogsDirectory": "/var/log",
+                  "RuntimeDirectory": "/run", "ConfigurationDirectory": "/etc"}
+
+
+def expand_specifiers(value, unit_name=""):
+    """%C %S %L %t %T %V %E %n %N %p %i %% as systemd expands them for a system unit."""
+    stem = unit_name.rsplit(".", 1)[0]
+    prefix, _, instance = stem.partition("@")
+    table = dict(SPECIFIER_DIRS, n=unit_name, N=stem, p=prefix, i=instance, h="/root")
+
+    def sub(m):
+        key = m.group(1)
+        if key == "%":
+            return "%"
+        if key not in table:
+            raise ValueError(f"unsupported specifier %{key} in {value!r}")
+        return table[key]
+
+    return re.sub(r"%(.)", sub, value)
+
+
+def resolve(unit_text, base_env=None, unit_name=""):
     sections = parse_unit(unit_text)
     service = sections.get("Service", [])
     env = dict(base_env or {})
-    workdir, execs = None, []
+    workdir, execs, dirs = None, [], []
     for k, v in service:
+        v = expand_specifiers(v, unit_name)
+        if k in DIRECTORY_KEYS:
+            dirs += [os.path.join(DIRECTORY_KEYS[k], d) for d in v.split()]
         if k == "Environment":
             env.update(parse_environment_assignments(v))
         elif k == "EnvironmentFile":
@@ -102,20 +129,27 @@ def resolve(unit_text, base_env=None):
             execs.append(v)
     if len(execs) != 1:
         raise ValueError(f"expected one ExecStart, found {len(execs)}")
-    return {"argv": expand_exec(execs[0], env), "env": env, "workdir": workdir}
+    return {"argv": expand_exec(execs[0], env), "env": env, "workdir": workdir, "directories": dirs}
 
 
 
 
 def start(unit_path, log_path, pidfile, base_env=None):
     """Start the unit's ExecStart in a new session; append output to log_path; return the pid."""
-    with open(unit_path, encoding="utf-8") as fh:
-        r = resolve(fh.read(), dict(os.environ) if base_env is None else base_env)
     for d in (os.path.dirname(os.path.abspath(log_path)), os.path.dirname(os.path.abspath(pidfile))):
         os.makedirs(d, exist_ok=True)
+    name = os.path.basename(unit_path)
     with open(log_path, "ab", buffering=0) as log:
-        log.write(f"{START_MARK}{os.path.basename(unit_path)} at {time.time():.3f}: "
-                  f"{shlex.join(r['argv'])}\n".encode())
+        try:
+            with open(unit_path, encoding="utf-8") as fh:
+                r = resolve(fh.read(), dict(os.environ) if base_env is None else base_env, name)
+            for d in r["directories"]:  # what systemd creates for CacheDirectory= and friends
+                os.makedirs(d, mode=0o750, exist_ok=True)
+        except (OSError, ValueError) as exc:
+            log.write(f"{START_MARK}{name} at {time.time():.3f}: (not started)\n"
+                      f"dflash-runner: cannot start {name}: {exc}\n".encode())
+            raise
+        log.write(f"{START_MARK}{name} at {time.time():.3f}: {shlex.join(r['argv'])}\n".encode())
         p = subprocess.Popen(r["argv"], env=r["env"], cwd=r["workdir"] or None, stdout=log,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     with open(pidfile, "w", encoding="utf-8") as fh:
@@ -151,19 +185,45 @@ def stop(pidfile, timeout=30.0):
     """SIGTERM the unit's process group, SIGKILL after timeout. Returns True if something ran."""
     pid = read_pid(pidfile)
     ran = alive(pid)
-    if ran:
+    if pid is not None and group_alive(pid):
+        # the whole process group (sglang's scheduler and detokenizer children too), as systemd's
+        # KillMode=control-group would: their GPU memory is only free once they are all gone
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
-            ran = False
+            pass
         deadline = time.time() + timeout
-        while ran and time.time() < deadline and alive(pid):
+        while time.time() < deadline and group_alive(pid):
             time.sleep(0.2)
-        if ran and alive(pid):
+        if group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
+            end = time.time() + 10
+            while time.time() < end and group_alive(pid):
+                time.sleep(0.1)
     if pid is not None:  # stopped on purpose: inactive, not failed
         os.remove(pidfile)
     return ran
+
+
+def group_alive(pgid):
+    """Is any live (non-zombie) process left in the process group?"""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                fields = fh.read().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def show(pidfile):

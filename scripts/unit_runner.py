@@ -45,7 +45,7 @@ def main():
         print(json.dumps(st))
         sys.exit(0 if st["ActiveState"] == "active" else 3)
     else:
-        print(json.dumps(R.resolve(pathlib.Path(a.unit).read_text()), indent=1))
+        print(json.dumps(R.resolve(pathlib.Path(a.unit).read_text(), unit_name=pathlib.Path(a.unit).name), indent=1))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ import json
 import os
 import pathlib
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -96,12 +95,13 @@ class Server:
         return False
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        """Stop the server's whole process group and wait until its GPU memory is free."""
+        if self.proc is None:
+            return
+        pidfile = self.log.with_suffix(".pid")
+        pidfile.write_text(str(self.proc.pid))
+        unit_runner.R.stop(str(pidfile), timeout=30)
+        self.proc.poll()
 
 
 def post(port, path, body, timeout=300):

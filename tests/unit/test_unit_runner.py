@@ -75,3 +75,23 @@ def test_long_running_unit_stops_and_log_since_start(tmp_path):
     assert "old crash" not in since and "up" in since
     assert ur.R.stop(str(pid), timeout=5) is True
     assert ur.R.show(str(pid))["ActiveState"] == "inactive"
+
+
+def test_specifiers_and_directories(tmp_path):
+    text = ("[Service]\nEnvironment=HOME=%C/dflash/x\nWorkingDirectory=%C/dflash/x\nCacheDirectory=dflash/x\n"
+            "ExecStart=/bin/echo %n %N %%\n")
+    r = ur.R.resolve(text, {}, "dflash-x.service")
+    assert r["env"]["HOME"] == "/var/cache/dflash/x" and r["workdir"] == "/var/cache/dflash/x"
+    assert r["directories"] == ["/var/cache/dflash/x"]
+    assert r["argv"] == ["/bin/echo", "dflash-x.service", "dflash-x", "%"]
+
+
+def test_start_failure_is_written_to_the_log(tmp_path):
+    unit = tmp_path / "dflash-z.service"
+    unit.write_text("[Service]\nWorkingDirectory=%Q\nExecStart=/bin/true\n")
+    log = tmp_path / "z.log"
+    try:
+        ur.R.start(str(unit), str(log), str(tmp_path / "z.pid"))
+    except ValueError:
+        pass
+    assert "cannot start dflash-z.service: unsupported specifier %Q" in log.read_text()
