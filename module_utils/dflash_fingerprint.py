@@ -28,6 +28,15 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+try:  # runner-managed units (hosts without systemd): module_utils/dflash_runner.py
+    from ansible.module_utils.dflash_runner import unit_of_pid as runner_unit_of_pid
+except ImportError:
+    try:
+        from dflash_runner import unit_of_pid as runner_unit_of_pid
+    except ImportError:
+        runner_unit_of_pid = None
+
+
 # ----------------------------------------------------------------------------------------------
 # Reference tables
 # ----------------------------------------------------------------------------------------------
@@ -746,14 +755,18 @@ def _run(argv, timeout=60, env=None):
 
 
 def process_unit(pid, proc="/proc") -> str | None:
-    """The systemd unit (service or scope) a process runs in, from /proc/<pid>/cgroup."""
+    """The systemd unit (service or scope) a process runs in, from /proc/<pid>/cgroup; on hosts
+    without systemd, the runner-managed unit whose process group it is in."""
     try:
         with open(os.path.join(proc, str(pid), "cgroup"), encoding="utf-8") as fh:
             text = fh.read()
     except OSError:
-        return None
+        text = ""
     units = re.findall(r"/([^/\s]+\.(?:service|scope))(?:/|$)", text, re.MULTILINE)
-    return units[-1] if units else None
+    if units and units[-1].startswith("dflash-"):
+        return units[-1]
+    runner = runner_unit_of_pid(pid, proc=proc) if runner_unit_of_pid else None
+    return runner or (units[-1] if units else None)
 
 
 def find_toolkits(roots=("/usr/local",), nvcc_path=None) -> list[dict]:

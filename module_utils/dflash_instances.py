@@ -14,6 +14,15 @@ import os
 import re
 import subprocess
 
+try:  # runner-managed units (hosts without systemd): module_utils/dflash_runner.py
+    from ansible.module_utils.dflash_runner import unit_of_pid as runner_unit_of_pid
+except ImportError:
+    try:
+        from dflash_runner import unit_of_pid as runner_unit_of_pid
+    except ImportError:
+        runner_unit_of_pid = None
+
+
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
 DDTREE_MODES = ("tree", "shadow-linear")
 DEFAULT_BLOCK_SIZE = 16
@@ -848,6 +857,8 @@ def read_listeners(proc="/proc"):
         pid = owners.get(inode)
         comm = (_read(os.path.join(proc, str(pid), "comm"), "") or "").strip() if pid else None
         unit = unit_from_cgroup(_read(os.path.join(proc, str(pid), "cgroup"), "") or "") if pid else None
+        if pid and not (unit or "").startswith("dflash-") and runner_unit_of_pid:
+            unit = runner_unit_of_pid(pid, proc=proc) or unit  # hosts without systemd
         for port, addr, uid in socks:
             key = (port, addr)
             if key in seen:

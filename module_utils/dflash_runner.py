@@ -242,3 +242,19 @@ def log_since_last_start(text):
     """The part of a runner log written since the last start (what journalctl --since would give)."""
     i = text.rfind(START_MARK)
     return text if i < 0 else text[i:]
+
+
+def unit_of_pid(pid, run_dir="/run/dflash", proc="/proc"):
+    """The runner-managed unit a process belongs to (its process group is the unit's), or None.
+    Hosts without systemd have no cgroup naming the unit: this is how our own servers are told
+    apart from foreign processes there."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="utf-8") as fh:
+            pgid = int(fh.read().rsplit(")", 1)[-1].split()[2])
+        names = os.listdir(run_dir)
+    except (OSError, ValueError, IndexError):
+        return None
+    for name in names:
+        if name.endswith(".pid") and read_pid(os.path.join(run_dir, name)) == pgid:
+            return name[:-4]
+    return None

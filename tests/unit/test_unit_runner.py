@@ -95,3 +95,18 @@ def test_start_failure_is_written_to_the_log(tmp_path):
     except ValueError:
         pass
     assert "cannot start dflash-z.service: unsupported specifier %Q" in log.read_text()
+
+
+def test_unit_of_pid_tells_our_runner_units_from_foreign_processes(tmp_path):
+    import dflash_fingerprint
+    import dflash_instances
+    unit = tmp_path / "dflash-w.service"
+    unit.write_text(f"[Service]\nExecStart={sys.executable} -c \"import time; time.sleep(30)\"\n")
+    run = tmp_path / "run"
+    pid = ur.R.start(str(unit), str(tmp_path / "w.log"), str(run / "dflash-w.service.pid"))
+    try:
+        assert ur.R.unit_of_pid(pid, run_dir=str(run)) == "dflash-w.service"
+        assert ur.R.unit_of_pid(os.getpid(), run_dir=str(run)) is None
+        assert dflash_fingerprint.runner_unit_of_pid is not None and dflash_instances.runner_unit_of_pid is not None
+    finally:
+        ur.R.stop(str(run / "dflash-w.service.pid"), timeout=5)
