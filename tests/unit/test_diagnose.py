@@ -36,7 +36,11 @@ def test_index_lists_every_fixture_file_once():
 def test_index_entries_are_complete():
     for e in INDEX:
         assert e["cause"] in CAUSES, e
-        assert e["source"].startswith("https://") or e["source"].startswith("synthetic:"), e
+        # https:// (public issue), synthetic: (built from real line shapes) or recorded: (a log this
+        # project recorded on real hardware, kept under bench/gpu/results/)
+        assert e["source"].startswith(("https://", "synthetic:", "recorded:")), e
+        if e["source"].startswith("recorded:"):
+            assert (FIXTURES.parents[2] / e["source"].split()[1]).is_dir(), e
 
 
 def test_every_cause_has_real_fixtures():
