@@ -28,6 +28,15 @@ exec > >(tee "$OUT/ddtree/run.log") 2>&1
 echo "[e2e] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
 
+# A warm machine may still run the e2e deploy's instance (bench/gpu/e2e.sh, ~72 GiB): the servers here size
+# their KV pools from free memory, so stop every sglang left over first (KEEP_LEFTOVERS=1 skips this).
+if [ -z "${KEEP_LEFTOVERS:-}" ] && pgrep -f 'sglang.launch_server|sglang::' >/dev/null; then
+  echo "[e2e] stopping leftover sglang processes: $(pgrep -f 'sglang.launch_server|sglang::' | tr '\n' ' ')"
+  pkill -TERM -f 'sglang.launch_server|sglang::' || true
+  for _ in $(seq 30); do pgrep -f 'sglang.launch_server|sglang::' >/dev/null || break; sleep 1; done
+  pkill -KILL -f 'sglang.launch_server|sglang::' || true; sleep 2
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader || true
+fi
 if [ ! -d "$SITE/sglang" ]; then
   [ -f .gpu/site.tar.xz ] || { echo "[e2e] missing .gpu/site.tar.xz (carry it)"; exit 2; }
   mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz

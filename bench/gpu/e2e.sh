@@ -6,7 +6,8 @@
 #
 #   run(command="bash bench/gpu/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
 #
-# Env: STAGES (default "deploy bench again"; also "fail"), BUDGET_S (default 585: the call's 600 s less the pack-up).
+# Env: STAGES (default "deploy bench again"; also "fail"; run in the order deploy, fail, bench, again),
+# BENCH_ARGS (passed to e2e_bench.py), BUDGET_S (default 585: the call's 600 s less the pack-up).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/e2e-out}
@@ -62,7 +63,8 @@ fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
   say "bench: time to healthy and tok/s, DFLASH vs none x triton vs flashinfer (deadline $(( $(left) - 100 )) s)"
-  "$PY" bench/gpu/e2e_bench.py --out "$OUT" --deadline-s "$(( $(left) - 100 ))" 2>&1 | tail -30
+  # shellcheck disable=SC2086  # BENCH_ARGS: e.g. "--only dflash-triton,none-flashinfer" or "--mode concurrent"
+  "$PY" bench/gpu/e2e_bench.py --out "$OUT" --deadline-s "$(( $(left) - 100 ))" ${BENCH_ARGS:-} 2>&1 | tail -30
 fi
 
 if [[ " $STAGES " == *" again "* ]] && [ "$(left)" -gt 80 ]; then

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import unit_runner
 
-CURRENT = pathlib.Path("/opt/dflash/current")
+CURRENT = pathlib.Path(os.environ.get("DFLASH_CURRENT", "/opt/dflash/current"))  # overridable for a CPU dry run
 
 
 def deployed_instance():
