@@ -28,13 +28,13 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-try:  # runner-managed units (hosts without systemd): module_utils/dflash_runner.py
+try:  # the unit of a process (cgroup, or runner-managed on hosts without systemd): dflash_runner.py
+    # (one implementation; the names stay importable from here)
+    from ansible.module_utils.dflash_runner import process_unit
     from ansible.module_utils.dflash_runner import unit_of_pid as runner_unit_of_pid
 except ImportError:
-    try:
-        from dflash_runner import unit_of_pid as runner_unit_of_pid
-    except ImportError:
-        runner_unit_of_pid = None
+    from dflash_runner import process_unit
+    from dflash_runner import unit_of_pid as runner_unit_of_pid  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -752,21 +752,6 @@ def _run(argv, timeout=60, env=None):
     except subprocess.TimeoutExpired:
         return 124, f"{argv[0]}: timed out after {timeout}s"
     return p.returncode, p.stdout.decode("utf-8", "replace")
-
-
-def process_unit(pid, proc="/proc") -> str | None:
-    """The systemd unit (service or scope) a process runs in, from /proc/<pid>/cgroup; on hosts
-    without systemd, the runner-managed unit whose process group it is in."""
-    try:
-        with open(os.path.join(proc, str(pid), "cgroup"), encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
-        text = ""
-    units = re.findall(r"/([^/\s]+\.(?:service|scope))(?:/|$)", text, re.MULTILINE)
-    if units and units[-1].startswith("dflash-"):
-        return units[-1]
-    runner = runner_unit_of_pid(pid, proc=proc) if runner_unit_of_pid else None
-    return runner or (units[-1] if units else None)
 
 
 def find_toolkits(roots=("/usr/local",), nvcc_path=None) -> list[dict]:

@@ -14,13 +14,13 @@ import os
 import re
 import subprocess
 
-try:  # runner-managed units (hosts without systemd): module_utils/dflash_runner.py
+try:  # the unit of a process (cgroup, or runner-managed on hosts without systemd): dflash_runner.py
+    # (one implementation; the names stay importable from here)
+    from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
     from ansible.module_utils.dflash_runner import unit_of_pid as runner_unit_of_pid
 except ImportError:
-    try:
-        from dflash_runner import unit_of_pid as runner_unit_of_pid
-    except ImportError:
-        runner_unit_of_pid = None
+    from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
+    from dflash_runner import unit_of_pid as runner_unit_of_pid  # noqa: F401
 
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
@@ -810,16 +810,6 @@ def _hex_addr(h, ipv6):
     return ":".join(words[i:i + 2].hex() for i in range(0, 16, 2))
 
 
-def unit_from_cgroup(text):
-    """The systemd unit of a process from /proc/<pid>/cgroup (v1 or v2); None when none."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        for seg in reversed(path.split("/")):
-            if seg.endswith((".service", ".scope")):
-                return seg
-    return None
-
-
 def _read(path, default=None):
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -828,7 +818,7 @@ def _read(path, default=None):
         return default
 
 
-def read_listeners(proc="/proc"):
+def read_listeners(proc="/proc", run_dir="/run/dflash"):
     inodes = {}
     for fname, v6 in (("tcp", False), ("tcp6", True)):
         text = _read(os.path.join(proc, "net", fname))
@@ -856,9 +846,7 @@ def read_listeners(proc="/proc"):
     for inode, socks in inodes.items():
         pid = owners.get(inode)
         comm = (_read(os.path.join(proc, str(pid), "comm"), "") or "").strip() if pid else None
-        unit = unit_from_cgroup(_read(os.path.join(proc, str(pid), "cgroup"), "") or "") if pid else None
-        if pid and not (unit or "").startswith("dflash-") and runner_unit_of_pid:
-            unit = runner_unit_of_pid(pid, proc=proc) or unit  # hosts without systemd
+        unit = process_unit(pid, proc=proc, run_dir=run_dir) if pid else None
         for port, addr, uid in socks:
             key = (port, addr)
             if key in seen:

@@ -258,3 +258,29 @@ def unit_of_pid(pid, run_dir="/run/dflash", proc="/proc"):
         if name.endswith(".pid") and read_pid(os.path.join(run_dir, name)) == pgid:
             return name[:-4]
     return None
+
+
+def unit_from_cgroup(text):
+    """The systemd unit (service or scope) named by /proc/<pid>/cgroup text (v1 or v2), or None.
+    The last line that names one wins (systemd's own hierarchy, name=systemd or 0::, comes last);
+    within it the deepest .service/.scope path segment."""
+    for line in reversed(text.splitlines()):
+        path = line.split(":", 2)[-1]
+        for seg in reversed(path.split("/")):
+            if seg.endswith((".service", ".scope")):
+                return seg
+    return None
+
+
+def process_unit(pid, proc="/proc", run_dir="/run/dflash"):
+    """The unit a process runs in: a dflash-* unit from its cgroup; else, on hosts without
+    systemd, the runner-managed unit whose process group it is in; else the cgroup's unit or None.
+    The one answer for the fingerprint stage (GPU processes) and the instances stage (port owners)."""
+    try:
+        with open(os.path.join(proc, str(pid), "cgroup"), encoding="utf-8", errors="replace") as fh:
+            unit = unit_from_cgroup(fh.read())
+    except OSError:
+        unit = None
+    if unit and unit.startswith("dflash-"):
+        return unit
+    return unit_of_pid(pid, run_dir=run_dir, proc=proc) or unit
