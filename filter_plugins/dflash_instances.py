@@ -5,28 +5,13 @@ from __future__ import annotations
 import os
 import sys
 
+# module_utils/ on sys.path (this file is loaded by path: nothing of the repo is importable before)
 _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
 import dflash_instances as _di
-
-
-def _plain(value):
-    """Ansible 2.19 hands tagged/lazy containers to filters: make them plain Python."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
+from dflash_jinja import plain as _plain
 
 
 def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, host_disabled_rules=(),
