@@ -58,48 +58,36 @@ failed_instances: {description: Names that failed., type: list, returned: always
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_smoke import (
-    FIBONACCI_PROMPT,
     SmokeError,
-    load_manifest_instances,
+    check_named,
     smoke_all,
+    smoke_argument_spec,
+    smoke_options,
+    target_argument_spec,
+    target_constraints,
+    target_instances,
 )
 
 
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "instances": {"type": "list", "elements": "dict"},
-            "release_dir": {"type": "path"},
-            "names": {"type": "list", "elements": "str"},
-            "prompt": {"type": "str", "default": FIBONACCI_PROMPT},
-            "max_tokens": {"type": "int", "default": 128},
-            "temperature": {"type": "float", "default": 0.0},
-            "timeout": {"type": "float", "default": 120.0},
-            "spec_max_new_tokens": {"type": "int", "default": 64},
-            "record_dir": {"type": "path"},
-            "host": {"type": "str", "default": ""},
-        },
-        required_one_of=[("instances", "release_dir")],
-        mutually_exclusive=[("instances", "release_dir")],
+        argument_spec={**target_argument_spec(), **smoke_argument_spec("timeout")},
         supports_check_mode=True,
+        **target_constraints(),
     )
     p = module.params
     where = (p["host"] + ": ") if p["host"] else ""
     if p["release_dir"] and module.check_mode:
         module.exit_json(changed=False, msg="check mode: the instances are not restarted nor tested",
                          failed_instances=[], instances={})
-    if p["release_dir"]:
-        try:
-            p["instances"] = load_manifest_instances(p["release_dir"], p["names"])
-        except SmokeError as exc:
-            module.fail_json(msg=f"{where}{exc}")
-    if module.check_mode:
-        module.exit_json(changed=False, instances={}, failed_instances=[], msg="not run in check mode")
-    for i, item in enumerate(p["instances"]):
-        if not item.get("name"):
-            module.fail_json(msg=f"{where}instances[{i}]: name is required")
-    opts = {k: p[k] for k in ("prompt", "max_tokens", "temperature", "timeout", "spec_max_new_tokens")}
-    results, failed, msgs = smoke_all(p["instances"], opts, p["record_dir"], where)
+    try:
+        instances = target_instances(p)
+        if module.check_mode:
+            module.exit_json(changed=False, instances={}, failed_instances=[], msg="not run in check mode")
+        check_named(instances)
+    except SmokeError as exc:
+        module.fail_json(msg=f"{where}{exc}")
+    results, failed, msgs = smoke_all(instances, smoke_options(p, "timeout"), p["record_dir"], where)
     out = {"changed": bool(p["record_dir"]), "instances": results, "failed_instances": failed}
     if failed:
         module.fail_json(msg="; ".join(msgs), **out)

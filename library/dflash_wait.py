@@ -109,17 +109,21 @@ from ansible.module_utils.dflash_runner import show as runner_show
 from ansible.module_utils.dflash_runner import start as runner_start
 from ansible.module_utils.dflash_runner import stop as runner_stop
 from ansible.module_utils.dflash_smoke import (
-    FIBONACCI_PROMPT,
     SHOW_PROPERTIES,
     SmokeError,
+    check_named,
     describe_failure,
     endpoint,
     health_status,
     journal_argv,
-    load_manifest_instances,
     merge_record,
     parse_show,
     smoke_all,
+    smoke_argument_spec,
+    smoke_options,
+    target_argument_spec,
+    target_constraints,
+    target_instances,
     unit_name,
     wait_units,
 )
@@ -133,50 +137,37 @@ except ImportError:  # the diagnosis stage is not there yet
 def main():
     module = AnsibleModule(
         argument_spec={
-            "instances": {"type": "list", "elements": "dict"},
-            "release_dir": {"type": "path"},
-            "names": {"type": "list", "elements": "str"},
+            **target_argument_spec(),
             "restart": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 900.0},
             "interval": {"type": "float", "default": 0.25},
             "diagnose": {"type": "bool", "default": True},
-            "record_dir": {"type": "path"},
-            "host": {"type": "str", "default": ""},
             "smoke": {"type": "bool", "default": False},
-            "prompt": {"type": "str", "default": FIBONACCI_PROMPT},
-            "max_tokens": {"type": "int", "default": 128},
-            "temperature": {"type": "float", "default": 0.0},
-            "smoke_timeout": {"type": "float", "default": 120.0},
-            "spec_max_new_tokens": {"type": "int", "default": 64},
+            **smoke_argument_spec("smoke_timeout"),
             "mark": {"type": "bool", "default": False},
             "service_manager": {"type": "str", "default": "systemd", "choices": ["systemd", "runner"]},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "log_dir": {"type": "path", "default": "/var/log/dflash"},
             "run_dir": {"type": "path", "default": "/run/dflash"},
         },
-        required_one_of=[("instances", "release_dir")],
-        mutually_exclusive=[("instances", "release_dir")],
         supports_check_mode=True,
+        **target_constraints(),
     )
     p = module.params
     where = (p["host"] + ": ") if p["host"] else ""
     if p["release_dir"] and module.check_mode:
         module.exit_json(changed=p["restart"], msg="check mode: the instances are not restarted nor tested",
                          failed_instances=[], instances={})
-    if p["release_dir"]:
-        try:
-            p["instances"] = load_manifest_instances(p["release_dir"], p["names"])
-        except SmokeError as exc:
-            module.fail_json(msg=f"{where}{exc}")
-    insts, insts_full = [], p["instances"]
-    for i, item in enumerate(p["instances"]):
-        if not item.get("name"):
-            module.fail_json(msg=f"{where}instances[{i}]: name is required")
-        insts.append({
-            "name": item["name"],
-            "unit": item.get("unit") or unit_name(item["name"]),
-            "health_url": (item.get("base_url") or endpoint(item.get("args") or [], item.get("port"))) + "/health",
-        })
+    try:
+        insts_full = target_instances(p)
+        check_named(insts_full)
+    except SmokeError as exc:
+        module.fail_json(msg=f"{where}{exc}")
+    insts = [{
+        "name": item["name"],
+        "unit": item.get("unit") or unit_name(item["name"]),
+        "health_url": (item.get("base_url") or endpoint(item.get("args") or [], item.get("port"))) + "/health",
+    } for item in insts_full]
     if not insts:
         module.exit_json(changed=False, verdict="healthy", seconds=0.0, failed_instances=[], instances={})
     if module.check_mode:
@@ -243,9 +234,7 @@ def main():
         module.fail_json(msg="; ".join(msgs) or f"{where}wait: {res['verdict']}", **result)
     if p["smoke"]:
         # generation + speculative proof in the same module call (one transport round trip less)
-        opts = {"prompt": p["prompt"], "max_tokens": p["max_tokens"], "temperature": p["temperature"],
-                "timeout": p["smoke_timeout"], "spec_max_new_tokens": p["spec_max_new_tokens"]}
-        smoke, failed, smsgs = smoke_all(insts_full, opts, p["record_dir"], where)
+        smoke, failed, smsgs = smoke_all(insts_full, smoke_options(p, "smoke_timeout"), p["record_dir"], where)
         result["smoke"] = smoke
         result["failed_instances"] = failed
         if failed:

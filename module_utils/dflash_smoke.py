@@ -112,6 +112,61 @@ def load_manifest_instances(release_dir: str, names=None) -> list:
     return instances_from_manifest(manifest, names)
 
 
+# ----------------------------------------------------------------------------- module arguments
+# What library/dflash_smoke.py and library/dflash_wait.py both take, defined once (their DOCUMENTATION
+# stays per module). Functions, so that each AnsibleModule gets dicts of its own.
+
+
+def target_argument_spec() -> dict:
+    """Which instances a call is about (the list, or a release's manifest narrowed to names), where the
+    records go, the host name for messages."""
+    return {
+        "instances": {"type": "list", "elements": "dict"},
+        "release_dir": {"type": "path"},
+        "names": {"type": "list", "elements": "str"},
+        "record_dir": {"type": "path"},
+        "host": {"type": "str", "default": ""},
+    }
+
+
+def target_constraints() -> dict:
+    """AnsibleModule keyword arguments: exactly one of instances / release_dir."""
+    return {"required_one_of": [("instances", "release_dir")], "mutually_exclusive": [("instances", "release_dir")]}
+
+
+def smoke_argument_spec(timeout_key: str = "timeout") -> dict:
+    """The smoke requests' options; dflash_wait calls the per-request timeout smoke_timeout (its own
+    timeout is the wait's)."""
+    return {
+        "prompt": {"type": "str", "default": FIBONACCI_PROMPT},
+        "max_tokens": {"type": "int", "default": 128},
+        "temperature": {"type": "float", "default": 0.0},
+        timeout_key: {"type": "float", "default": 120.0},
+        "spec_max_new_tokens": {"type": "int", "default": 64},
+    }
+
+
+def smoke_options(params: dict, timeout_key: str = "timeout") -> dict:
+    """The smoke_instance keyword arguments out of the module parameters."""
+    return {"prompt": params["prompt"], "max_tokens": params["max_tokens"], "temperature": params["temperature"],
+            "timeout": params[timeout_key], "spec_max_new_tokens": params["spec_max_new_tokens"]}
+
+
+def target_instances(params: dict) -> list:
+    """The instances of a call: the release manifest's (release_dir, names) or the given list.
+    Raises SmokeError when the manifest cannot be read or lacks a name."""
+    if params.get("release_dir"):
+        return load_manifest_instances(params["release_dir"], params.get("names"))
+    return params.get("instances") or []
+
+
+def check_named(instances) -> None:
+    """Raises SmokeError naming the first instance without a name."""
+    for i, item in enumerate(instances):
+        if not item.get("name"):
+            raise SmokeError(f"instances[{i}]: name is required")
+
+
 # ----------------------------------------------------------------------------- wait
 
 
