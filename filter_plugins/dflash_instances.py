@@ -12,6 +12,7 @@ if _MU not in sys.path:
 
 import dflash_instances as _di
 from dflash_jinja import plain as _plain
+from dflash_runner import default_service_manager
 
 
 def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, host_disabled_rules=(),
@@ -50,4 +51,6 @@ class FilterModule:
             "dflash_instances_flags": dflash_instances_flags,
             "dflash_instances_report": dflash_instances_report,
             "dflash_instances_stale": dflash_instances_stale,
+            # ansible_facts -> systemd | runner: dflash_service_manager's default (instances and release roles)
+            "dflash_service_manager_default": default_service_manager,
         }

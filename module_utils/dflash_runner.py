@@ -284,3 +284,9 @@ def process_unit(pid, proc="/proc", run_dir="/run/dflash"):
     if unit and unit.startswith("dflash-"):
         return unit
     return unit_of_pid(pid, run_dir=run_dir, proc=proc) or unit
+
+
+def default_service_manager(facts):
+    """dflash_service_manager's default from the host's facts: systemd where the host runs it
+    (ansible_facts.service_mgr; facts not gathered count as systemd), else this runner."""
+    return "systemd" if (facts or {}).get("service_mgr", "systemd") == "systemd" else "runner"
