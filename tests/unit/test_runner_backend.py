@@ -3,8 +3,9 @@ through module_utils/dflash_runner.py, judges it like a unit and diagnoses its l
 import json
 import pathlib
 import socket
-import subprocess
 import sys
+
+from ansible_play import run_play
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
@@ -39,11 +40,7 @@ def test_wait_healthy_then_crash_diagnosed(tmp_path):
         {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"),
                                   "content": "{{ {'ok': ok, 'bad': bad} | to_json }}", "mode": "0644"}},
     ]}]
-    pb = tmp_path / "pb.yml"
-    pb.write_text(json.dumps(play))
-    r = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                        "-e", f"ansible_python_interpreter={sys.executable}", str(pb)],
-                       cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    r = run_play(play, tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["ok"]["verdict"] == "healthy"

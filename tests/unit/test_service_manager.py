@@ -2,11 +2,10 @@
 the dflash_service_manager_default filter); the instances and release roles' defaults both use it."""
 import json
 import pathlib
-import subprocess
-import sys
 
 import dflash_runner
 import pytest
+from ansible_play import run_play
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -43,11 +42,7 @@ def test_both_roles_defaults_through_a_playbook(tmp_path):
                 "{{ 'runner' if ansible_facts.get('service_mgr') == 'systemd' else 'systemd' }}")}},
             load[1], show("set")]},
     ]
-    pb = tmp_path / "pb.yml"
-    pb.write_text(json.dumps(play))
-    r = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                        "-e", f"ansible_python_interpreter={sys.executable}", str(pb)],
-                       cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    r = run_play(play, tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in ("nofacts", "facts", "set")}
     assert out["nofacts"] == {"instances": "systemd", "release": "systemd", "facts": None}
