@@ -423,6 +423,15 @@ RULES: list[Rule] = [
          "soundfile is installed but the libsndfile system library is missing",
          "install the library: `apt-get install -y libsndfile1` (or `uv pip install --reinstall soundfile` "
          "to get the wheel that bundles it), then restart"),
+    # sgl_kernel without its FA3 extension (a slimmed or source build, or a GPU family FA3 has no build for):
+    # the fa3 attention backend (sglang's default on Hopper) dies at start; the wheel's version is not the point.
+    Rule("fa3_flash_ops_missing", "missing_module", 65,
+         _rx(r"cannot import name 'flash_ops' from 'sgl_kernel'|No module named 'sgl_kernel\.flash_ops'"),
+         "sgl_kernel in this venv has no FA3 kernels (sgl_kernel.flash_ops), which the fa3 attention backend "
+         "needs (sglang's default on Hopper)",
+         "start with `--attention-backend flashinfer` or `triton` (the toolkit's fallback rule sm90-without-fa3 "
+         "does this when the probe finds no flash_ops), or install the full sglang-kernel wheel with its "
+         "flash_ops extension, then restart"),
     Rule("cannot_import_name", "missing_module", 60,
          _rx(r"cannot import name '(?P<import_name>\w+)' from '(?P<import_from>[\w.]+)'"),
          "'{import_name}' is missing from the installed {import_from_top} (incompatible version)",
