@@ -42,9 +42,10 @@ say "ansible: $("$PY" -m ansible.cli.playbook --version | head -1)"
 collect() {  # what later tests can use offline
   mkdir -p "$OUT/artifacts"
   cp -a /opt/dflash/current/manifest.json "$OUT/artifacts/" 2>/dev/null
-  cp -a /opt/dflash/current/smoke "$OUT/artifacts/smoke" 2>/dev/null
+  mkdir -p "$OUT/artifacts/smoke" "$OUT/artifacts/logs"  # src/. into dst/: a second collect must not nest
+  cp -a /opt/dflash/current/smoke/. "$OUT/artifacts/smoke/" 2>/dev/null
   cp -a /etc/systemd/system/dflash-*.service "$OUT/artifacts/" 2>/dev/null
-  cp -a /var/log/dflash "$OUT/artifacts/logs" 2>/dev/null
+  cp -a /var/log/dflash/. "$OUT/artifacts/logs/" 2>/dev/null
   sed 's/^\(.*TOKEN.*=\).*/\1<redacted>/' /opt/dflash/current/instances/*.env > "$OUT/artifacts/instance.env" 2>/dev/null
 }
 
