@@ -11,60 +11,17 @@ the same draft with block_size 32, for DDTREE budget 31) are written to WORKDIR 
 the resolved values or the error.
 """
 
-import json
 import os
 import sys
 
 from sglang.srt.server_args import prepare_server_args
 
 work = sys.argv[1] if len(sys.argv) > 1 else "/tmp/tree-server-args-models"
-common = {
-    "model_type": "qwen3",
-    "hidden_size": 1024,
-    "intermediate_size": 3072,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1000000,
-    "hidden_act": "silu",
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "tie_word_embeddings": False,
-}
-target, draft = os.path.join(work, "target"), os.path.join(work, "draft")
-draft32 = os.path.join(work, "draft32")
-for d, cfg in (
-    (target, dict(common, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28)),
-    (
-        draft,
-        dict(
-            common,
-            architectures=["DFlashDraftModel"],
-            num_hidden_layers=5,
-            block_size=16,
-            num_target_layers=28,
-            dflash_config={"target_layer_ids": [1, 7, 13, 19, 25], "mask_token_id": 151669, "block_size": 16},
-        ),
-    ),
-    (
-        draft32,
-        dict(
-            common,
-            architectures=["DFlashDraftModel"],
-            num_hidden_layers=5,
-            block_size=32,
-            num_target_layers=28,
-            dflash_config={"target_layer_ids": [1, 7, 13, 19, 25], "mask_token_id": 151669, "block_size": 32},
-        ),
-    ),
-):
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "gpu"))
+import make_models  # the repo's one writer of config-only model folders
+
+paths = make_models.write_configs(work, draft_blocks=(16, 32))
+target, draft, draft32 = paths["target"], paths["draft"], paths["draft32"]
 
 base = [
     "--model-path",

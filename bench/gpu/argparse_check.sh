@@ -61,29 +61,13 @@ print(f"[argparse] series: {[p['name'] for p in patches]} -> {len(contents)} fil
 PYEOF
 find "$WORK/tree" -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# Config-only models at the seeds' paths (tiny Qwen3 shapes; --load-format dummy in the cases).
-"$PY" - <<'PYEOF'
-import json, os
-common = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
-          "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
-          "rms_norm_eps": 1e-6, "rope_theta": 1000000, "hidden_act": "silu", "torch_dtype": "bfloat16",
-          "bos_token_id": 151643, "eos_token_id": 151645, "tie_word_embeddings": False}
-models = {
-    "/dev/shm/Qwen3.6-27B": dict(common, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28),
-    "/dev/shm/Qwen3.6-27B-DFlash": dict(common, architectures=["DFlashDraftModel"], num_hidden_layers=5,
-                                        block_size=16, num_target_layers=28,
-                                        dflash_config={"target_layer_ids": [1, 7, 13, 19, 25],
-                                                       "mask_token_id": 151669, "block_size": 16}),
-}
-# budget 31 needs a draft trained with a 32-token block: same draft config, same layer ids
-models["/dev/shm/Qwen3.6-27B-DFlash-b32"] = dict(
-    models["/dev/shm/Qwen3.6-27B-DFlash"], block_size=32,
-    dflash_config=dict(models["/dev/shm/Qwen3.6-27B-DFlash"]["dflash_config"], block_size=32))
-for d, cfg in models.items():
-    os.makedirs(d, exist_ok=True)
-    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
-print("[argparse] models:", ", ".join(models))
-PYEOF
+# Config-only models (scripts/gpu/make_models.py) at the seeds' paths (links; --load-format dummy in the
+# cases). Budget 31 needs a draft trained with a 32-token block: the same draft config, same layer ids.
+"$PY" -c 'import sys; sys.path.insert(0, "scripts/gpu"); import make_models; make_models.write_configs(sys.argv[1], (16, 32))' "$WORK/models"
+for pair in target:Qwen3.6-27B draft:Qwen3.6-27B-DFlash draft32:Qwen3.6-27B-DFlash-b32; do
+  rm -rf "/dev/shm/${pair#*:}" && ln -s "$WORK/models/${pair%%:*}" "/dev/shm/${pair#*:}"
+done
+echo "[argparse] models: /dev/shm/Qwen3.6-27B, /dev/shm/Qwen3.6-27B-DFlash, /dev/shm/Qwen3.6-27B-DFlash-b32"
 
 export PYTHONPATH="$WORK/tree:$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 "$PY" bench/gpu/argparse_check.py cases --out "$OUT/argparse" --python "$PY" \

@@ -1,9 +1,9 @@
 """Driver for bench/gpu/ddtree_e2e.sh (run on the GPU machine; standard library + torch only).
 
   prepare: copy the bundle's sglang, apply files/patches/sglang/0.5.11/series with
-           module_utils/dflash_patch.py, write config-only dummy models (the shapes of
-           /work/shared/gpu/make_models.py: a Qwen3-0.6B-shaped target and a 5-layer DFlash draft
-           with block_size 16, plus `draft32`: the same draft, same layer ids, block_size 32).
+           module_utils/dflash_patch.py, write config-only dummy models (scripts/gpu/make_models.py:
+           a Qwen3-0.6B-shaped target and a 5-layer DFlash draft with block_size 16, plus `draft32`:
+           the same draft, same layer ids, block_size 32).
   run:     start every server on the one GPU (staggered until each has allocated its KV pool, so the
            free-memory based sizing of the next one is not disturbed), then the phases below, writing
            summary.json / summary.md after each phase so a cut-short run still reports.
@@ -33,7 +33,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VOCAB = 151936
 PROMPTS = [
     [151643] + [(i * 7919 + 13) % 150000 for i in range(31)],
     [(i * 104729 + 5) % 150000 for i in range(100)],
@@ -98,32 +97,13 @@ def prepare(args):
     write_json(os.path.join(args.out, "tree.json"), info)
     print(f"[prepare] applied {len(patches)} patches to {tree}: {sorted(touched)}", flush=True)
 
-    # config-only models for --load-format dummy (shapes of /work/shared/gpu/make_models.py)
-    common = {
-        "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
-        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-        "vocab_size": VOCAB, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000, "rope_scaling": None, "hidden_act": "silu",
-        "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
-        "torch_dtype": "bfloat16", "bos_token_id": 151643, "eos_token_id": 151645,
-        "use_sliding_window": False, "sliding_window": None, "use_cache": True,
-    }  # fmt: skip
-    target = dict(common, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28,
-                  max_window_layers=28, tie_word_embeddings=True)  # fmt: skip
-    draft = dict(common, architectures=["DFlashDraftModel"], num_hidden_layers=5, max_window_layers=5,
-                 tie_word_embeddings=False, block_size=16, num_target_layers=28,
-                 dflash_config={"target_layer_ids": [1, 7, 13, 19, 25], "mask_token_id": 151669,
-                                "block_size": 16})  # fmt: skip
-    # budget + 1 must not exceed the draft's block (the patched server refuses it otherwise):
-    # budget 31 needs a draft trained with a 32-token block; config-only, so the same draft
-    # shapes and layer ids with block_size 32
-    draft32 = dict(draft, block_size=32, dflash_config=dict(draft["dflash_config"], block_size=32))
-    for name, cfg in (("target", target), ("draft", draft), ("draft32", draft32)):
-        d = os.path.join(args.work, "models", name)
-        os.makedirs(d, exist_ok=True)
-        write_json(os.path.join(d, "config.json"), cfg, indent=2)
-        write_json(os.path.join(d, "generation_config.json"),
-                   {"bos_token_id": 151643, "eos_token_id": 151645, "do_sample": False})  # fmt: skip
+    # config-only models for --load-format dummy (scripts/gpu/make_models.py). Budget + 1 must not exceed
+    # the draft's block (the patched server refuses it otherwise): budget 31 needs a draft trained with a
+    # 32-token block; config-only, so `draft32` has the same shapes and layer ids with block_size 32.
+    sys.path.insert(0, os.path.join(REPO, "scripts", "gpu"))
+    import make_models
+
+    make_models.write_configs(os.path.join(args.work, "models"), draft_blocks=(16, 32))
 
 
 # ------------------------------------------------------------------ servers

@@ -29,28 +29,11 @@ MODELS = os.path.join(OUT, "models")
 
 
 def write_models():
-    # config-only Qwen3-0.6B-shaped target + 5-layer DFlash draft (facts of /work/shared/gpu)
-    base = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
-            "rms_norm_eps": 1e-6, "rope_theta": 1000000, "rope_scaling": None, "hidden_act": "silu",
-            "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02, "torch_dtype": "bfloat16",
-            "bos_token_id": 151643, "eos_token_id": 151645, "use_sliding_window": False, "sliding_window": None,
-            "use_cache": True}
-    models = {
-        "target": dict(base, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28, max_window_layers=28,
-                       tie_word_embeddings=True),
-        "draft": dict(base, architectures=["DFlashDraftModel"], num_hidden_layers=5, max_window_layers=5,
-                      tie_word_embeddings=False, block_size=16, num_target_layers=28,
-                      dflash_config={"target_layer_ids": [1, 7, 13, 19, 25], "mask_token_id": 151669,
-                                     "block_size": 16}),
-    }
-    for name, cfg in models.items():
-        d = os.path.join(MODELS, name)
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "config.json"), "w") as fh:
-            json.dump(cfg, fh, indent=1)
-        with open(os.path.join(d, "generation_config.json"), "w") as fh:
-            json.dump({"bos_token_id": 151643, "eos_token_id": 151645, "do_sample": False}, fh)
+    # config-only Qwen3-0.6B-shaped target + 5-layer DFlash draft (scripts/gpu/make_models.py)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpu"))
+    import make_models
+
+    make_models.write_configs(MODELS)
 
 
 def args_for(port):

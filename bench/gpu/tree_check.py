@@ -33,27 +33,13 @@ sys.path.insert(0, str(REPO / "module_utils"))
 
 import dflash_patch as dp
 
+sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+import make_models
+
 PATCH_DIR = REPO / "files" / "patches" / "sglang" / "0.5.11"
 REGISTRATION = ["0001-ddtree-register-algorithm.patch", "0002-ddtree-server-args.patch"]
 REFUSAL = "DDTREE tree verification is not in this patch series yet"
 
-COMMON = {
-    "model_type": "qwen3",
-    "hidden_size": 1024,
-    "intermediate_size": 3072,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1000000,
-    "hidden_act": "silu",
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "tie_word_embeddings": False,
-}
 
 # runs in a child: argv in, one JSON line out
 CHILD = r"""
@@ -143,43 +129,10 @@ def main():
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    target, draft = work / "models" / "target", work / "models" / "draft"
-    draft32 = work / "models" / "draft32"  # the same draft trained with a 32-token block (budget 31)
-    for d, cfg in (
-        (target, dict(COMMON, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28)),
-        (
-            draft,
-            dict(
-                COMMON,
-                architectures=["DFlashDraftModel"],
-                num_hidden_layers=5,
-                block_size=16,
-                num_target_layers=28,
-                dflash_config={
-                    "target_layer_ids": [1, 7, 13, 19, 25],
-                    "mask_token_id": 151669,
-                    "block_size": 16,
-                },
-            ),
-        ),
-        (
-            draft32,
-            dict(
-                COMMON,
-                architectures=["DFlashDraftModel"],
-                num_hidden_layers=5,
-                block_size=32,
-                num_target_layers=28,
-                dflash_config={
-                    "target_layer_ids": [1, 7, 13, 19, 25],
-                    "mask_token_id": 151669,
-                    "block_size": 32,
-                },
-            ),
-        ),
-    ):
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    # config-only models (scripts/gpu/make_models.py); draft32: the same draft trained with a 32-token block
+    # (budget 31)
+    paths = make_models.write_configs(str(work / "models"), draft_blocks=(16, 32))
+    target, draft, draft32 = (Path(paths[n]) for n in ("target", "draft", "draft32"))
 
     shutil.rmtree(work / "trees", ignore_errors=True)  # so the first build really builds
     series = dp.read_series_dir(str(PATCH_DIR))

@@ -11,6 +11,9 @@ through sglang's real chat path (template -> tokenize -> generate -> detokenize)
 come back are nonsense, since the weights are random.
 
 usage: make_models.py DIR   ->  DIR/target, DIR/draft
+
+The bench scripts that need config-only folders without the tokenizer (argument parsing, the DDTree run
+with its block-32 draft) import this file and call write_configs().
 """
 
 import json
@@ -193,8 +196,42 @@ def write(d, name, obj):
         json.dump(obj, fh, indent=1 if name != "tokenizer.json" else None)
 
 
+def model_configs(draft_blocks=(16,)):
+    """{folder name: config.json}: the target, and a DFlash draft per block size ("draft" for 16,
+    "draft<B>" otherwise: same shapes and target layer ids; a DDTree budget b needs b + 1 <= B)."""
+    cfgs = {"target": dict(COMMON, architectures=["Qwen3ForCausalLM"], num_hidden_layers=28,
+                           max_window_layers=28, tie_word_embeddings=True)}  # fmt: skip
+    for block in draft_blocks:
+        cfgs["draft" if block == 16 else f"draft{block}"] = dict(
+            COMMON,
+            architectures=["DFlashDraftModel"],
+            num_hidden_layers=5,
+            max_window_layers=5,
+            tie_word_embeddings=False,
+            block_size=block,
+            num_target_layers=28,
+            dflash_config={
+                "target_layer_ids": [1, 7, 13, 19, 25],
+                "mask_token_id": SPECIAL["<|mask|>"],
+                "block_size": block,
+            },
+        )
+    return cfgs
+
+
+def write_configs(root, draft_blocks=(16,)):
+    """Config-only folders (config.json + generation_config.json) under root; returns their paths."""
+    paths = {}
+    for name, cfg in model_configs(draft_blocks).items():
+        d = paths[name] = os.path.join(root, name)
+        os.makedirs(d, exist_ok=True)
+        write(d, "config.json", cfg)
+        write(d, "generation_config.json", {"bos_token_id": 151643, "eos_token_id": 151645, "do_sample": False})
+    return paths
+
+
 def main(root):
-    target, draft = os.path.join(root, "target"), os.path.join(root, "draft")
+    paths = write_configs(root)
     tok = tokenizer_json()
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -206,35 +243,7 @@ def main(root):
         "chat_template": CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": False,
     }
-    cfgs = {
-        target: dict(
-            COMMON,
-            architectures=["Qwen3ForCausalLM"],
-            num_hidden_layers=28,
-            max_window_layers=28,
-            tie_word_embeddings=True,
-        ),
-        draft: dict(
-            COMMON,
-            architectures=["DFlashDraftModel"],
-            num_hidden_layers=5,
-            max_window_layers=5,
-            tie_word_embeddings=False,
-            block_size=16,
-            num_target_layers=28,
-            dflash_config={
-                "target_layer_ids": [1, 7, 13, 19, 25],
-                "mask_token_id": SPECIAL["<|mask|>"],
-                "block_size": 16,
-            },
-        ),
-    }
-    for d, cfg in cfgs.items():
-        os.makedirs(d, exist_ok=True)
-        write(d, "config.json", cfg)
-        write(
-            d, "generation_config.json", {"bos_token_id": 151643, "eos_token_id": 151645, "do_sample": False}
-        )
+    for d in paths.values():
         write(d, "tokenizer.json", tok)
         write(d, "tokenizer_config.json", tok_cfg)
         write(
@@ -243,8 +252,8 @@ def main(root):
             {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": "<unk>"},
         )
     assert re.fullmatch(r"[0-9]+", str(len(tok["model"]["vocab"])))
-    print(target)
-    print(draft)
+    print(paths["target"])
+    print(paths["draft"])
 
 
 if __name__ == "__main__":
