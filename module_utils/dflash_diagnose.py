@@ -228,6 +228,15 @@ RULES: list[Rule] = [
          "the installed torch has no kernels for this GPU{sm_s}",
          "install a torch build that includes {sm_arch} (e.g. torch +cu128 or newer for Blackwell), and "
          "kernel wheels built against that torch{torch_arch_s}", weak=True),
+    Rule("triton_ptxas", "no_kernel_image", 93,
+         _rx(r"triton[\w/.-]*/ptxas\W[^\n]*?--gpu-name=(?P<ptx_arch>sm_\w+)[^\n]*?(?:non-zero exit status|\.ptx\.o\s*$)"
+             r"|PTXASError|Internal Triton PTX codegen error"),
+         "triton's ptxas could not compile kernels for {arch_name}{sm_s} (the ptxas bundled with this triton "
+         "does not know the GPU)",
+         "point triton at the ptxas of a CUDA toolkit that supports {arch_name} (`TRITON_PTXAS_PATH=/usr/local/"
+         "cuda/bin/ptxas` in the instance env; CUDA >= 12.8 for sm_100/sm_120, >= 12.9 for sm_121, 13.0 for "
+         "sm_110), or "
+         "install a torch + triton release built for this GPU"),
     Rule("triton_arch_unsupported", "no_kernel_image", 70,
          _rx(r"(?:PTX .* not supported|ptxas[^\n]{0,40}fatal|Unsupported architecture)[^\n]{0,80}sm_\d+"),
          "the kernel compiler does not support this GPU{sm_s}",
@@ -304,7 +313,8 @@ RULES: list[Rule] = [
          "{oom_remedy}"),
     Rule("sglang_not_enough_memory", "cuda_oom", 72,
          _rx(r"Not enough memory\. Please try to increase --mem-fraction-static"
-             r"|max_total_num_tokens=\d+ is too small|(?:KV cache|kv_cache) pool[^\n]*(?:too small|negative)"),
+             r"|max_total_num_tokens=\d+ is too small|(?:KV cache|kv_cache) pool[^\n]*(?:too small|negative)"
+             r"|leave no GPU memory for the KV cache"),
          "too little GPU memory is left for the KV cache after loading the weights{mfs_s}",
          "raise `--mem-fraction-static` (now {mem_fraction_static}) if the GPU is otherwise free, and/or "
          "lower `--context-length` / `--max-running-requests`, use a larger `--tp-size`, or free the GPU "
@@ -318,6 +328,13 @@ RULES: list[Rule] = [
          "too little GPU memory is left for the KV cache",
          "raise `--gpu-memory-utilization` (vLLM) / `--mem-fraction-static` (SGLang), lower "
          "`--max-model-len` / `--context-length`, or shard with a larger tensor-parallel size"),
+    Rule("cache_budget_too_small", "cuda_oom", 71,
+         _rx(r"\b(?:KV[ _-]?cache|cache|memory) budget\b[^\n]{0,80}?(?:too small|is negative|budget -\d)"),
+         "the GPU memory left for the KV cache after the weights is too small (budget negative or below the "
+         "minimum){mfs_s}",
+         "free the GPU from other processes (nvidia-smi), raise the memory fraction the server may use "
+         "(`--mem-fraction-static` in SGLang), lower the context length / reserved tokens, or use a smaller "
+         "(quantised) model or more GPUs"),
 
     # ---------------------------------------------------------------- port_in_use
     Rule("port_bind", "port_in_use", 65,
@@ -360,7 +377,8 @@ RULES: list[Rule] = [
          "fix `--model-path` ({model}) to an existing local directory, or for a gated/private Hub "
          "model set HF_TOKEN in the instance env (and download it ahead, since servers run offline)"),
     Rule("hf_offline", "model_missing", 58,
-         _rx(r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError"
+         _rx(r"couldn't connect to 'https://huggingface\.co/?'(?:[^\n]*?it looks like (?P<hf_model>\S+) is not the "
+             r"path)?|LocalEntryNotFoundError"
              r"|outgoing traffic has been disabled|Cannot find the requested files in the (?:local )?cache"),
          "the model {model} is not on disk and could not be fetched (offline)",
          "download the model to the host ahead of time and set `--model-path` to that directory "
@@ -432,6 +450,20 @@ RULES: list[Rule] = [
          "start with `--attention-backend flashinfer` or `triton` (the toolkit's fallback rule sm90-without-fa3 "
          "does this when the probe finds no flash_ops), or install the full sglang-kernel wheel with its "
          "flash_ops extension, then restart"),
+    Rule("pkg_min_version", "missing_module", 76,
+         _rx(r"(?P<pkg>[\w.-]+) (?:with minimum required version (?P<req_v>[\w.+-]+?)\.? is not installed"
+             r"|is installed with version (?P<have_v>[\w.+-]+), which is less than the minimum required "
+             r"version (?P<req_v2>[\w.+-]+?)\.?(?:\s|$))"),
+         "{pkg} {pkg_state} (the server checks for >= {req_v}; a package installed under another "
+         "distribution name also reads as missing)",
+         "install `{pkg_pip}>={req_v}` into the server's venv (in the toolkit: pin it in the layer of "
+         "dflash_venv_layers that carries the server), then restart; if a new enough {pkg_pip} is installed "
+         "and still reported missing, the server release predates that package's name: use the server "
+         "release that pins it"),
+    Rule("package_metadata_missing", "missing_module", 74,
+         _rx(r"PackageNotFoundError: (?:No package metadata was found for )?(?P<module>[\w.-]+)"),
+         "Python package '{module}' is not installed in the server's venv (no distribution metadata)",
+         _MODULE_REMEDY),
     Rule("cannot_import_name", "missing_module", 60,
          _rx(r"cannot import name '(?P<import_name>\w+)' from '(?P<import_from>[\w.]+)'"),
          "'{import_name}' is missing from the installed {import_from_top} (incompatible version)",
@@ -463,7 +495,7 @@ _RULE_KEYWORDS = (
     "outgoing traffic", "cache", "no such file", "model weights", "no file named", "nccl", "distbackend",
     "init_process_group", "watchdog", "no module named", "sndfile", "cannot import name", "ninja",
     "display driver", "mismatch", "device function", "path_or_model_id", "unrecognized model", "has no attribute",
-    "config format", "valid json",
+    "config format", "valid json", "budget", "minimum required version", "packagenotfound",
 )
 
 
@@ -479,7 +511,8 @@ HEALTHY_RE = re.compile(
 
 # Generic failure lines, for an honest "unknown" when no rule matched.
 GENERIC_FATAL_RE = re.compile(
-    r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception)|KeyboardInterrupt|SystemExit)(?::|$)"
+    r"^(?:[\w.]+\.)?(?:(?:[A-Z]\w*)?(?:Error|Exception)|KeyboardInterrupt|SystemExit)(?::|$)"
+    r"|^Exception has occurred: |\b[A-Z_]*ASSERT\w*\(.*\) failed|Assertion [`'].*' failed"
     r"|Segmentation fault|core dumped|Fatal Python error|terminate called after|Aborted"
     r"|CUDA error:|Main process exited, code=|Failed with result|ERROR|FATAL|CRITICAL",
 )
@@ -490,7 +523,7 @@ NOISE_RE = re.compile(
     r"|During handling of the above exception|The above exception was the direct cause"
     r"|Failed with result 'exit-code'|Main process exited|Unit .* entered failed state"
     r"|EngineCore encountered an issue|Engine core initialization failed|See root cause above"
-    r"|ERROR\s*$|^\s*$",
+    r"|(?<![A-Za-z])(?-i:ERROR)\s*$|^\s*$",
     re.IGNORECASE,
 )
 
@@ -526,6 +559,8 @@ _FACT_RES: list[tuple[str, re.Pattern]] = [
     ("model", _rx(r"model='(?P<v>[^']+)'")),
     ("model", _rx(r"Repo model (?P<v>\S+) is gated|Access to model (?P<v2>\S+) is restricted")),
     ("model", _rx(r"huggingface\.co/(?:api/models/)?(?P<v>[\w.-]+/[\w.-]+)/(?:resolve|tree|revision)")),
+    ("model", _rx(r"it looks like (?P<v>[^\s']+) is not the path to a directory")),
+    ("model", _rx(r"Max retries exceeded with url: /(?:api/models/)?(?P<v>[\w.-]+/[\w.-]+)/(?:resolve|tree|revision)")),
     ("port", _rx(r"\bport=(?P<v>\d{2,5})\b")),
     ("port", _rx(r"--port[ =](?P<v>\d{2,5})\b")),
     ("mem_fraction_static", _rx(r"mem_fraction_static=(?P<v>[\d.]+)")),
@@ -537,10 +572,10 @@ _FACT_RES: list[tuple[str, re.Pattern]] = [
 ]
 _FACT_KEYWORDS = ("sm", "capability", "nvidia", "torch", "nvcc", "cuda", "driver", "found version", "xgrammar",
                   "nccl version", "model", "port", "mem_fraction", "mem-fraction", "cuda_graph", "cuda-graph",
-                  "tp_size", "gpu_memory", "huggingface.co")
+                  "tp_size", "gpu_memory", "huggingface.co", "looks like")
 _FACT_PREFILTER = re.compile(
     r"sm|capability|NVIDIA|torch|PyTorch|nvcc|Cuda|CUDA|Driver|driver|found version|xgrammar|NCCL version"
-    r"|model|port|mem_fraction|mem-fraction|cuda_graph|cuda-graph|tp_size|gpu_memory|huggingface\.co",
+    r"|model|port|mem_fraction|mem-fraction|cuda_graph|cuda-graph|tp_size|gpu_memory|huggingface\.co|looks like",
 )
 
 
@@ -572,6 +607,8 @@ def _collect_facts(lines: list[str]) -> dict:
             if not m:
                 continue
             val = (m.group("v") or m.groupdict().get("v2") or "").strip().rstrip(",;")
+            if re.fullmatch(r"[\d.]+", val):
+                val = val.rstrip(".")
             if not val:
                 continue
             if key == "sm":
@@ -806,6 +843,8 @@ def _oom_details(text: str, facts: dict, match: _Match, lines: list[_Line]) -> d
     # where in the start-up it happened: look back a little from the error
     start = max(0, match.line.index - 80)
     ctx = "\n".join(ln.text for ln in lines[start: match.line.index + 5])
+    # torch's own OOM text says "allocated in private pools (e.g., CUDA Graphs)" whatever the phase
+    ctx = re.sub(r"private pools \(e\.g\., CUDA Graphs\)", "private pools", ctx)
     in_graph = re.search(r"cuda ?graph|capture", ctx, re.IGNORECASE) is not None
     in_load = re.search(r"Load weight|load_model|Loading (?:safetensors|model|weights)", ctx, re.IGNORECASE)
     mfs = facts.get("mem_fraction_static")
@@ -918,7 +957,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     arch = re.search(r"supports CUDA capabilities ((?:sm_\d+a? ?)+)", seg_text)
     f["torch_arch_s"] = f" (this torch only has {arch.group(1).strip()})" if arch else ""
     f["model"] = (g.get("model") or g.get("model2") or g.get("model3") or g.get("model4") or g.get("model5")
-                  or g.get("model6") or facts.get("model", "the configured model path"))
+                  or g.get("model6") or g.get("hf_model") or facts.get("model", "the configured model path"))
     f["missing_file"] = (g.get("missing_file") or "config.json / weights").rstrip(".")
     if g.get("model_file") and "model" not in g:
         f["model"] = facts.get("model", os.path.dirname(g["model_file"]))
@@ -960,7 +999,12 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     ext2 = g.get("ext_module2", "")
     f["ext_module2"] = ext2 or "?"
     f["ext_pkg"] = _SO_PACKAGES.get(ext2.split(".")[0], _pip_name(ext2)) if ext2 else "the package"
-    f["arch_name"] = g.get("nvcc_arch") or g.get("ptxas_arch") or f["sm_arch"]
+    f["arch_name"] = g.get("nvcc_arch") or g.get("ptxas_arch") or g.get("ptx_arch") or f["sm_arch"]
+    if g.get("pkg"):
+        f["pkg_pip"] = _pip_name(g["pkg"])
+        f["req_v"] = g.get("req_v") or g.get("req_v2") or "?"
+        f["pkg_state"] = (f"is installed in version {g['have_v']}, older than the server needs" if g.get("have_v")
+                          else "is not installed in a version the server accepts")
     f["cuda_req"] = g.get("cuda_req", "12.9")
     mfs = facts.get("mem_fraction_static")
     f["mem_fraction_static"] = mfs or "default"
@@ -1004,7 +1048,8 @@ def _clip(s: str) -> str:
 
 
 _GENERIC_HINTS = ("Error", "Exception", "Interrupt", "SystemExit", "Segmentation", "core dumped", "Fatal",
-                  "terminate called", "Aborted", "ERROR", "FATAL", "CRITICAL", "exited, code=", "Failed with")
+                  "terminate called", "Aborted", "ERROR", "FATAL", "CRITICAL", "exited, code=", "Failed with",
+                  "ASSERT", "Assertion")
 
 
 def _first_generic_failure(lines: list[_Line]) -> _Line | None:
@@ -1014,6 +1059,24 @@ def _first_generic_failure(lines: list[_Line]) -> _Line | None:
         if ln.text and GENERIC_FATAL_RE.search(ln.text) and not NOISE_RE.search(ln.text):
             return ln
     return None
+
+
+_BARE_EXC_RE = re.compile(r"^(?:Exception has occurred: )?[\w.]*(?:Error|Exception)\s*$")
+
+
+def _generic_text(lines: list[_Line], ln: _Line) -> str:
+    """The first error as a sentence: a bare exception name gets the message line after it, or the
+    assert statement before it."""
+    text = ln.text
+    if not _BARE_EXC_RE.match(text):
+        return text
+    nxt = next((x for x in lines[ln.index + 1: ln.index + 3] if x.text), None)
+    if nxt is not None and not nxt.text.startswith(("File ", "Traceback")):
+        return f"{text}: {nxt.text}"
+    prev = next((x for x in reversed(lines[max(0, ln.index - 2): ln.index]) if x.text), None)
+    if prev is not None and prev.text.startswith("assert "):
+        return f"{text} ({prev.text})"
+    return text
 
 
 def _first_traceback(lines: list[_Line]) -> _Line | None:
@@ -1073,7 +1136,7 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
         notes = "; ".join(sorted({m.rule.summary.split("{")[0].strip() for m in weak_only}))
         if generic is not None:
             result["summary"] = (f"no known cause matched in {source} ({len(lines)} lines); first error: "
-                                 f"{_clip(generic.text)}")
+                                 f"{_clip(_generic_text(lines, generic))}")
             result["remedy"] = ("read the evidence line and the lines before it; rerun the server in the "
                                 "foreground to see the full traceback")
             result["evidence"] = [_clip(generic.raw)]

@@ -369,6 +369,17 @@ def test_fixture_followed_by_noise_and_healthy_restart_lines(entry):
      "cuda_oom", "gpu-memory-utilization"),
     ("nvcc fatal   : Unsupported gpu architecture 'compute_120a'", "flashinfer_arch", "compute_120a"),
     ("NCCL WARN Cuda failure 'peer access is not supported between these two devices'", "nccl_init", "NCCL_DEBUG"),
+    # shapes generalised after the held-out round 3 (other packages / arches than the fixtures)
+    ("Exception: transformers with minimum required version 4.51.0 is not installed. Please upgrade it.",
+     "missing_module", "transformers>=4.51.0"),
+    ("importlib.metadata.PackageNotFoundError: No package metadata was found for sgl-kernel",
+     "missing_module", "sgl-kernel"),
+    (("subprocess.CalledProcessError: Command '['/venv/lib/python3.12/site-packages/triton/backends/nvidia/bin/"
+      "ptxas', '-lineinfo', '-v', '--gpu-name=sm_103a', '/tmp/t.ptx', '-o', '/tmp/t.ptx.o']' returned non-zero "
+      "exit status 255."), "no_kernel_image", "sm_103a"),
+    ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.9.",
+     "cuda_oom", "now 0.9)"),
+    ("RuntimeError: KV cache budget is negative after loading the weights", "cuda_oom", "other processes"),
 ])
 def test_single_line_rules(line, cause, needle):
     r = diagnose_text(line + "\n")
@@ -400,3 +411,33 @@ def test_module_log_text_fail_on_cause():
     res = json.loads(out.stdout.split(marker, 1)[1])
     assert res["cause"] == "cuda_oom" and res["msg"].startswith("cuda_oom: ")
     assert "raise `--mem-fraction-static`" in res["remedy"]
+
+
+def test_torch_oom_text_about_private_pools_is_not_graph_capture():
+    # torch's OOM message always says "allocated in private pools (e.g., CUDA Graphs)"
+    log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.74 GiB. GPU 0 has a total capacity of "
+           "23.57 GiB of which 594.88 MiB is free. Of the allocated memory 20.21 GiB is allocated by PyTorch, with "
+           "128.00 MiB allocated in private pools (e.g., CUDA Graphs), and 185.98 MiB is reserved by PyTorch\n")
+    r = diagnose_text(log)
+    assert r["cause"] == "cuda_oom"
+    assert "capturing" not in r["summary"] and "--cuda-graph-max-bs" not in r["remedy"]
+
+
+@pytest.mark.parametrize("log, needle", [
+    # a bare exception name: the assert statement before it says what failed
+    ("  File \"x/backend.py\", line 8, in forward\n    assert not args.disable_cache\nAssertionError\n",
+     "AssertionError (assert not args.disable_cache)"),
+    # an IDE's exception header: the message is on the next line
+    ("Exception has occurred: KeyError\n'rope_theta'\n  File \"a.py\", line 1, in <module>\n",
+     "KeyError: 'rope_theta'"),
+    # C/C++ asserts are crashes too
+    ("src/llama.cpp:12: GGML_ASSERT(n_tokens > 0) failed\n", "GGML_ASSERT(n_tokens > 0) failed"),
+    ("python3: kernel.cu:40: void run(): Assertion `idx < n' failed.\nAborted (core dumped)\n", "Assertion `idx < n'"),
+    ("Exception: data did not match any variant of untagged enum ModelWrapper at line 3 column 1\n",
+     "untagged enum ModelWrapper"),
+])
+def test_unknown_crash_names_its_first_error(log, needle):
+    r = diagnose_text(log)
+    assert r["cause"] == "unknown"
+    assert needle in r["summary"], r["summary"]
+    assert "no failure found" not in r["summary"]
