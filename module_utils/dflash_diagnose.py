@@ -71,6 +71,8 @@ _PREFIX_RES = [
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"),
     # vLLM / ray worker tags: "(VllmWorker rank=1 pid=123) ", "(EngineCore_DP0 pid=1) ", "(pid=1) "
     re.compile(r"^\((?:[A-Za-z_][\w.:-]*\s+)?(?:rank=\d+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s*"),
+    # docker compose service prefixes: "openedai-images-flux  | "
+    re.compile(r"^[a-z0-9][\w.-]*(?:-\d+)?\s+\| "),
     # torchrun rank prefixes: "[rank0]: ", "[default0]:", "0: "
     re.compile(r"^\[(?:rank|default)\d+\]:\s?"),
     # sglang: "[2025-05-23 10:15:02 TP0] ", "[2025-05-23 10:15:02 DP0 TP1 EP1] ", "[2025-05-23 10:15:02] "
@@ -166,10 +168,13 @@ RULES: list[Rule] = [
          "cuda-compat libraries from LD_LIBRARY_PATH and use wheels built for {driver_cuda_ref}"),
     Rule("driver_missing", "driver_too_old", 70,
          _rx(r"Found no NVIDIA driver on your system|NVIDIA-SMI has failed because it couldn't communicate"
-             r" with the NVIDIA driver|libcuda\.so(?:\.1)?: cannot open shared object file"),
-         "no usable NVIDIA driver was found (driver not installed / not loaded / not mounted)",
+             r" with the NVIDIA driver|libcuda\.so(?:\.1)?: cannot open shared object file"
+             r"|No CUDA GPUs are available"),
+         "no usable NVIDIA driver / GPU was visible to the server (driver not installed / not loaded / not "
+         "mounted into the container, or CUDA_VISIBLE_DEVICES hides the GPUs)",
          "install or load the NVIDIA driver (nvidia-smi must work on the host, and inside containers "
-         "use the NVIDIA container runtime), then restart"),
+         "use the NVIDIA container runtime with the GPUs passed in, e.g. `--gpus all` / a compose GPU "
+         "reservation), check that CUDA_VISIBLE_DEVICES of the unit names existing GPUs, then restart"),
 
     # ---------------------------------------------------------------- flashinfer_arch
     Rule("flashinfer_cuda_129", "flashinfer_arch", 92,
@@ -323,11 +328,19 @@ RULES: list[Rule] = [
          _rx(r"No available memory for the cache blocks"
              r"|larger than the maximum number of tokens that can be stored in KV cache"
              r"|larger than the available KV cache memory|KV cache is needed, which is larger"
-             r"|on startup is less than desired GPU memory utilization"
              r"|insufficient KV cache|not enough KV cache space"),
          "too little GPU memory is left for the KV cache",
          "raise `--gpu-memory-utilization` (vLLM) / `--mem-fraction-static` (SGLang), lower "
          "`--max-model-len` / `--context-length`, or shard with a larger tensor-parallel size"),
+    Rule("gpu_busy_at_start", "cuda_oom", 73,
+         _rx(r"Free memory on device(?: \S+)? \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less "
+             r"than desired GPU memory utilization(?: \((?P<want_frac>[\d.]+), (?P<want_gib>[\d.]+) GiB\))?"
+             r"|on startup is less than desired GPU memory utilization"),
+         "only {free_gib} of {total_gib} GiB of GPU memory was free when the server started: other processes "
+         "hold the GPU",
+         "stop the other processes on this GPU (nvidia-smi lists them; a stale server of an earlier run is the "
+         "usual one), or lower the fraction the server claims (`--gpu-memory-utilization` in vLLM{want_frac_s}, "
+         "`--mem-fraction-static` in SGLang) below the free share"),
     Rule("cache_budget_too_small", "cuda_oom", 71,
          _rx(r"\b(?:KV[ _-]?cache|cache|memory) budget\b[^\n]{0,80}?(?:too small|is negative|budget -\d)"),
          "the GPU memory left for the KV cache after the weights is too small (budget negative or below the "
@@ -345,7 +358,7 @@ RULES: list[Rule] = [
          "instance another `--port`; leave room for SGLang's internal ports (it also binds a few "
          "ports after --port and a --nccl-port)"),
     Rule("port_zmq", "port_in_use", 64,
-         _rx(r"ZMQError: Address already in use(?: \(addr='(?P<zmq_addr>[^']+)'\))?"),
+         _rx(r"ZMQError: Address (?:already )?in use(?: \(addr='(?P<zmq_addr>[^']+)'\))?"),
          "an internal ZMQ port{zmq_addr_s} is already in use",
          "another server (or a stale process of this one) holds the port{zmq_addr_s}: stop it "
          "(`ss -ltnp` shows it), or move this instance to a `--port` far from other instances"),
@@ -495,7 +508,7 @@ _RULE_KEYWORDS = (
     "outgoing traffic", "cache", "no such file", "model weights", "no file named", "nccl", "distbackend",
     "init_process_group", "watchdog", "no module named", "sndfile", "cannot import name", "ninja",
     "display driver", "mismatch", "device function", "path_or_model_id", "unrecognized model", "has no attribute",
-    "config format", "valid json", "budget", "minimum required version", "packagenotfound",
+    "config format", "valid json", "budget", "minimum required version", "packagenotfound", "no cuda gpus",
 )
 
 
@@ -1008,6 +1021,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     f["cuda_req"] = g.get("cuda_req", "12.9")
     mfs = facts.get("mem_fraction_static")
     f["mem_fraction_static"] = mfs or "default"
+    f["want_frac_s"] = f", now {g['want_frac']}" if g.get("want_frac") else ""
     f["mfs_s"] = f" (--mem-fraction-static {mfs})" if mfs else ""
     f.update(_driver_facts(facts, g))
     nv = facts.get("nccl_version")

@@ -224,6 +224,8 @@ def test_rank_interleaved_tracebacks():
     ("(VllmWorker rank=1 pid=201) ERROR 05-23 10:15:02 [core.py:12] hello", "hello"),
     ("[rank3]: hello", "hello"),
     ("[2025-09-12T15:42:57Z] (ApiServer_1 pid=20007) hello", "hello"),
+    ("openedai-images-flux  | hello", "hello"),
+    ("sglang-1  | [2026-05-23 10:15:02 TP0] hello", "hello"),
 ])
 def test_strip_prefixes(line, expected):
     assert strip_prefixes(line) == expected
@@ -366,7 +368,7 @@ def test_fixture_followed_by_noise_and_healthy_restart_lines(entry):
       "non supported HW"), "driver_too_old", "cuda-compat"),
     (("ValueError: Free memory on device (10.5/79.2 GiB) on startup is less than desired GPU memory utilization "
       "(0.9, 71.28 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
-     "cuda_oom", "gpu-memory-utilization"),
+     "cuda_oom", "lower the fraction the server claims (`--gpu-memory-utilization` in vLLM, now 0.9"),
     ("nvcc fatal   : Unsupported gpu architecture 'compute_120a'", "flashinfer_arch", "compute_120a"),
     ("NCCL WARN Cuda failure 'peer access is not supported between these two devices'", "nccl_init", "NCCL_DEBUG"),
     # shapes generalised after the held-out round 3 (other packages / arches than the fixtures)
@@ -380,6 +382,8 @@ def test_fixture_followed_by_noise_and_healthy_restart_lines(entry):
     ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.9.",
      "cuda_oom", "now 0.9)"),
     ("RuntimeError: KV cache budget is negative after loading the weights", "cuda_oom", "other processes"),
+    ("RuntimeError: No CUDA GPUs are available", "driver_too_old", "CUDA_VISIBLE_DEVICES"),
+    ("zmq.error.ZMQError: Address in use (addr='tcp://127.0.0.1:45974')", "port_in_use", "tcp://127.0.0.1:45974"),
 ])
 def test_single_line_rules(line, cause, needle):
     r = diagnose_text(line + "\n")
