@@ -136,6 +136,26 @@ _BAD_VALUE = re.compile(r"ERR!|Unknown Error|GPU is lost|requires reset|\[Unknow
 _NA = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "err!", "none"}
 
 
+# Placeholders nvidia-smi prints instead of a value. "Not applicable" ones (N/A, Not Supported: a GB10's
+# unified memory, a MIG GPU's utilization) are simply null; the others are null *with a reason*:
+# hard ones mean the GPU is broken, soft ones mean we could not look (permissions, odd text).
+_HARD_PLACEHOLDER = re.compile(r"ERR!|Unknown Error|GPU is lost|requires reset|Not Found", re.IGNORECASE)
+
+
+def placeholder(value) -> tuple:
+    """-> (clean value or None, reason or None, severity None|'na'|'soft'|'hard') for one cell."""
+    if value is None:
+        return None, None, None
+    text = str(value).strip()
+    if text.lower() in _NA - {"err!", "[unknown error]"}:
+        return None, text or "empty", "na"
+    if _HARD_PLACEHOLDER.search(text):
+        return None, text.strip("[]"), "hard"
+    if text.startswith("[") and text.endswith("]"):
+        return None, text.strip("[]"), "soft"
+    return text, None, None
+
+
 def vtuple(version) -> tuple:
     """'580.95.05' -> (580, 95, 5); '12.8' -> (12, 8); None/garbage -> ()."""
     if version is None:
@@ -177,11 +197,14 @@ def norm_bus_id(bus) -> str | None:
 
 
 def sm_from_name(name) -> str | None:
-    if not name:
+    """SM of a GPU name; vGPU profile names ("NVIDIA H100L-2-24C", "NVIDIA H100XM-80C", "GRID A100D-40C")
+    are matched on their base model (the letters between the model number and the profile dropped)."""
+    if not name or not isinstance(name, str):
         return None
-    for pattern, sm in NAME_SM:
-        if re.search(pattern, name, re.IGNORECASE):
-            return sm
+    for candidate in (name, re.sub(r"\b([A-Z]{1,2}\d{2,4})[A-Z]{1,2}(?=-\d)", r"\1", name)):
+        for pattern, sm in NAME_SM:
+            if re.search(pattern, candidate, re.IGNORECASE):
+                return sm
     return None
 
 
@@ -233,6 +256,9 @@ _ERROR_PATTERNS = [
     (r"NVML Shared Library Not Found", "NVML library not found (driver user-space not installed)"),
     (r"(?:nvidia-smi|command)[^\n]*not found|No such file or directory", "nvidia-smi not found"),
     (r"Insufficient Permissions", "insufficient permissions to query the GPUs"),
+    (r'Field "([^"]+)" is not a valid field to query',
+     ("this nvidia-smi does not know the query field {0} (driver older than the field: compute_cap needs "
+      "driver >= 510); the capture retries without it, this one did not")),
 ]
 
 
@@ -241,8 +267,8 @@ def smi_error(text) -> str | None:
     if not text:
         return None
     head = "\n".join(line for line in text.splitlines()[:12])
-    if re.search(r"NVIDIA-SMI \d|<nvidia_smi_log>|^\s*\d+\s*,", head, re.MULTILINE):
-        return None
+    if re.search(r"NVIDIA-SMI \d|<nvidia_smi_log>|^\s*\d+\s*,|^[^,\n]+(?:,[^,\n]*){2,}$", head, re.MULTILINE):
+        return None  # data: a table, XML or CSV rows (a CSV cell may say [Insufficient Permissions])
     for pattern, message in _ERROR_PATTERNS:
         m = re.search(pattern, head)
         if m:
@@ -254,7 +280,7 @@ def smi_error(text) -> str | None:
 
 _UNREACHABLE = re.compile(
     r"Unable to determine the device handle for\s*(?:GPU)?\s*(?:(\d{1,3})\s*:(?![0-9A-Fa-f]{2}[:.])\s*)?"
-    r"(?:((?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:?)?\s*([^\n]*)")
+    r"(?:((?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:?)?\s*([^\n]*)")
 
 
 def unreachable_gpus(text) -> list[dict]:
@@ -301,6 +327,12 @@ def parse_query_csv(text) -> list[dict]:
             extra = len(cells) - 8
             row = dict(zip(("index", "name", "uuid", "bus", "cc", "driver", "total", "used"),
                            [cells[0], ", ".join(cells[1:2 + extra])] + cells[2 + extra:]))
+            if extra and not (re.match(r"^(GPU|MIG)-", row["uuid"]) and norm_bus_id(row["bus"])):
+                # the extra comma is not in the name (a comma decimal? a new field?): keep the index and
+                # the first name cell, and read nothing else rather than shifted values
+                row = dict({k: f"[unparsable row: {len(cells)} cells for 8 fields]"
+                            for k in ("uuid", "bus", "cc", "driver", "total", "used")},
+                           index=cells[0], name=cells[1])
         elif re.match(r"^\d+$", cells[0] or "") and len(cells) == 7:
             row = dict(zip(("index", "name", "uuid", "bus", "driver", "total", "used"), cells))
         else:
@@ -310,17 +342,40 @@ def parse_query_csv(text) -> list[dict]:
             index = str(len(gpus)) if "index" not in row else None
         if index is None:
             continue
-        bad = [c for c in row.values() if c and _BAD_VALUE.search(c)]
-        sm = _clean(row.get("cc"))
-        if sm and not re.match(r"^\d+\.\d+$", sm):
-            sm = None
-        gpus.append({
-            "index": int(index), "name": _clean(row.get("name")), "uuid": _clean(row.get("uuid")),
-            "pci_bus_id": norm_bus_id(row.get("bus")), "sm": sm, "driver_version": _clean(row.get("driver")),
-            "memory_total_mib": _int(row.get("total")), "memory_used_mib": _int(row.get("used")),
-            "problem": ("nvidia-smi reports " + ", ".join(sorted(set(bad)))) if bad else None,
-        })
+        gpus.append(_query_row(int(index), row))
     return gpus
+
+
+_VALID = {"sm": r"^\d+\.\d+$", "driver_version": r"^\d+\.\d+(\.\d+)*$", "memory_total_mib": r"^\d+(\s*MiB)?$",
+          "memory_used_mib": r"^\d+(\s*MiB)?$"}
+
+
+def _query_row(index: int, row: dict) -> dict:
+    """One --query-gpu row -> GPU dict; a cell that is a placeholder or does not parse becomes null,
+    its reason in ``null_reasons`` (hard placeholders also in ``problem``)."""
+    out = {"index": index, "null_reasons": {}}
+    hard = []
+    for key, field in (("name", "name"), ("uuid", "uuid"), ("bus", "pci_bus_id"), ("cc", "sm"),
+                       ("driver", "driver_version"), ("total", "memory_total_mib"), ("used", "memory_used_mib")):
+        if key not in row:
+            out[field] = None
+            continue
+        value, why, severity = placeholder(row[key])
+        if value is not None and field in _VALID and not re.match(_VALID[field], value):
+            value, why, severity = None, f"unparsable {value!r}", "soft"
+        if value is not None and field == "pci_bus_id":
+            value = norm_bus_id(value)
+            if value is None:
+                why, severity = f"unparsable {row[key]!r}", "soft"
+        if value is not None and field.endswith("_mib"):
+            value = _int(value)
+        out[field] = value
+        if why:
+            out["null_reasons"][field] = why
+            if severity == "hard":
+                hard.append(f"{field}: {why}")
+    out["problem"] = ("nvidia-smi reports " + ", ".join(hard)) if hard else None
+    return out
 
 
 def parse_apps_csv(text) -> list[dict]:
@@ -384,16 +439,41 @@ def parse_smi_xml(text) -> dict:
             procs.append({"pid": _int(txt(p, "pid")), "name": _clean(txt(p, "process_name")),
                           "used_mib": _int(txt(p, "used_memory")), "type": _clean(txt(p, "type"))})
         minor = _int(txt(g, "minor_number"))
+        null_reasons = {}
+        mem = {}
+        for field, path in (("memory_total_mib", "fb_memory_usage/total"), ("memory_used_mib", "fb_memory_usage/used")):
+            value, why, _sev = placeholder(txt(g, path))
+            mem[field] = _int(value) if value is not None else None
+            if value is not None and mem[field] is None:
+                why = f"unparsable {value!r}"
+            if why:
+                null_reasons[field] = why
+        mig_devices = []
+        for d in g.findall("mig_devices/mig_device"):
+            mig_devices.append({"gpu_instance": _int(txt(d, "gpu_instance_id")),
+                                "compute_instance": _int(txt(d, "compute_instance_id")),
+                                "memory_used_mib": _int(txt(d, "fb_memory_usage/used")),
+                                "memory_total_mib": _int(txt(d, "fb_memory_usage/total"))})
         out["gpus"].append({
+            "mig_mode": _mig_mode(txt(g, "mig_mode/current_mig")), "mig_devices": mig_devices,
+            "null_reasons": null_reasons,
             "position": pos, "minor_number": minor, "name": _clean(txt(g, "product_name")),
             "arch_hint": _clean(txt(g, "product_architecture")), "uuid": _clean(txt(g, "uuid")),
             "sm": _clean(txt(g, "compute_cap")) if re.match(r"^\d+\.\d+$", txt(g, "compute_cap") or "") else None,
-            "pci_bus_id": bus, "memory_total_mib": _int(txt(g, "fb_memory_usage/total")),
-            "memory_used_mib": _int(txt(g, "fb_memory_usage/used")), "processes": procs,
+            "pci_bus_id": bus, "memory_total_mib": mem["memory_total_mib"],
+            "memory_used_mib": mem["memory_used_mib"], "processes": procs,
             "problem": problem,
         })
     return out
 
+
+def _mig_mode(text) -> str | None:
+    """'Enabled' / 'Disabled' (table's MIG M. row, XML current_mig) -> 'enabled' / 'disabled'; N/A -> None."""
+    text = (text or "").strip().lower()
+    return text if text in ("enabled", "disabled") else None
+
+
+_MIG_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s*\|\s*(?:(\d+)\s*MiB\s*/\s*(\d+)\s*MiB)?")
 
 _ROW1 = re.compile(
     r"^\|\s*(\d+)\s+(.*?)\s+(On|Off|N/A|ERR!|WDDM|TCC)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
@@ -415,11 +495,24 @@ def parse_smi_table(text) -> dict:
     out["cuda_version"] = _clean(m.group(1)) if m else None
     out["cuda_na"] = bool(m) and out["cuda_version"] is None
     lines = text.splitlines()
-    in_procs = False
+    in_procs = in_mig = False
     current = None
+    mig_rows: dict = {}
     for line in lines:
         if re.match(r"^\|\s*Processes:", line):
             in_procs = True
+            continue
+        if re.match(r"^\|\s*MIG devices:", line):
+            in_mig = True
+            continue
+        if in_mig and not in_procs:
+            mg = _MIG_ROW.match(line)
+            if mg:
+                gpu, gi, ci, _dev, used, total = mg.groups()
+                mig_rows.setdefault(int(gpu), []).append({
+                    "gpu_instance": int(gi) if gi.isdigit() else None,
+                    "compute_instance": int(ci) if ci.isdigit() else None,
+                    "memory_used_mib": int(used) if used else None, "memory_total_mib": int(total) if total else None})
             continue
         if in_procs:
             pm = _PROC.match(line)
@@ -432,24 +525,39 @@ def parse_smi_table(text) -> dict:
         if r1:
             idx, name, _pm, bus, _disp, _ecc = r1.groups()
             current = {"index": int(idx), "name": name.strip(), "pci_bus_id": norm_bus_id(bus),
-                       "memory_total_mib": None, "memory_used_mib": None,
-                       "truncated_name": name.strip().endswith("..."), "bad": []}
+                       "memory_total_mib": None, "memory_used_mib": None, "mig_mode": None, "mig_devices": [],
+                       "null_reasons": {}, "truncated_name": name.strip().endswith("..."), "bad": [], "row": 1}
             if _BAD_VALUE.search(line):
                 current["bad"].append(line)
             out["gpus"].append(current)
             continue
-        if current is not None and line.startswith("|") and "MiB" in line and current["memory_total_mib"] is None:
-            mm = re.search(r"(\d+|ERR!)\s*MiB\s*/\s*(\d+|ERR!)\s*MiB", line) or \
-                re.search(r"(ERR!|N/A)\s*/\s*(\d+)\s*MiB", line)
-            if mm:
-                current["memory_used_mib"] = _int(mm.group(1))
-                current["memory_total_mib"] = _int(mm.group(2))
+        if current is not None and line.startswith("|") and current["row"] in (1, 2):
+            current["row"] += 1
+            if current["row"] == 2:  # fan, temp, perf, power | memory | util, compute mode
+                cells = line.strip().strip("|").split("|")
+                memcell = cells[1].strip() if len(cells) >= 3 else ""
+                mm = re.search(r"(\d+|ERR!|N/A)\s*(?:MiB)?\s*/\s*(\d+|ERR!|N/A)\s*MiB", memcell)
+                if mm:
+                    current["memory_used_mib"] = _int(mm.group(1))
+                    current["memory_total_mib"] = _int(mm.group(2))
+                    for field, cell in (("memory_used_mib", mm.group(1)), ("memory_total_mib", mm.group(2))):
+                        if not cell.isdigit():
+                            current["null_reasons"][field] = cell
+                elif memcell:  # "Not Supported" (unified memory), "N/A", "Unknown Error"
+                    current["null_reasons"]["memory_used_mib"] = current["null_reasons"]["memory_total_mib"] = memcell
+            else:  # the third row: ... | MIG M.
+                cells = line.strip().strip("|").split("|")
+                current["mig_mode"] = _mig_mode(cells[-1]) if len(cells) >= 3 else None
             if _BAD_VALUE.search(line):
                 current["bad"].append(line)
             continue
         if current is not None and line.startswith("|") and _BAD_VALUE.search(line):
             current["bad"].append(line)
     for g in out["gpus"]:
+        g.pop("row", None)
+        g["mig_devices"] = mig_rows.get(g["index"], [])
+        if g["mig_devices"] and g["mig_mode"] is None:
+            g["mig_mode"] = "enabled"
         bad = g.pop("bad")
         reasons = sorted({m.group(0) for b in bad for m in _BAD_VALUE.finditer(b)})
         if "ERR!" in g["name"] or g["name"] in ("", "Unknown"):
@@ -491,8 +599,55 @@ def parse_torch(text) -> dict | None:
     except ValueError:
         return {"version": None, "cuda": None, "available": False, "error": text.strip()[-300:]}
     if not isinstance(data, dict):
+        return {"version": None, "cuda": None, "available": False, "error": f"unexpected torch probe output: "
+                f"{text.strip()[-200:]}"}
+    out = dict(data)
+    for key in ("version", "cuda", "hip"):
+        if key in out:
+            out[key] = str(out[key]) if out[key] is not None else None
+    out["available"] = out.get("available") is True
+    if "arch_list" in out:
+        out["arch_list"] = [str(a) for a in out["arch_list"]] if isinstance(out["arch_list"], list) else []
+    return out
+
+
+def torch_covers_sm(arch_list, sm) -> bool | None:
+    """Whether a torch build's arch list runs on SM ``sm``: SASS of the same major and a minor <= ours
+    (sm_80 runs on 8.6), or PTX (compute_XY) of an SM <= ours that the driver can JIT. None when unknown."""
+    t = vtuple(sm)
+    archs = [a for a in arch_list or [] if re.match(r"^(sm|compute)_\d+[a-z]?$", a)]
+    if len(t) < 2 or not archs:
         return None
-    return data
+    for a in archs:
+        kind, num = a.split("_")
+        num = re.sub(r"[a-z]$", "", num)
+        major, minor = int(num[:-1]), int(num[-1])
+        if kind == "sm" and major == t[0] and minor <= t[1]:
+            return True
+        if kind == "compute" and (major, minor) <= (t[0], t[1]) and not a.endswith("a"):
+            return True
+    return False
+
+
+def torch_problems(torch: dict, gpus: list, driver_cuda) -> list[str]:
+    """What the probed torch means for this host: a ROCm or CPU-only build, no kernels for a GPU's SM,
+    built for a newer CUDA than the driver's."""
+    out = []
+    version, cuda = torch.get("version"), torch.get("cuda")
+    if version is None:
+        return out
+    if torch.get("hip") or "+rocm" in version:
+        return [f"torch {version} is a ROCm (AMD) build: it cannot use NVIDIA GPUs"]
+    if cuda is None:
+        return [f"torch {version} is a CPU-only build (torch.version.cuda is None): no GPU use"]
+    for sm in sorted({g["sm"] for g in gpus if g.get("sm")}, key=vtuple):
+        if torch_covers_sm(torch.get("arch_list"), sm) is False:
+            idx = _range_text([g["index"] for g in gpus if g.get("sm") == sm])
+            out.append(f"torch {version} (CUDA {cuda}) has no kernels for SM {sm} (GPU {idx}): its arch list is "
+                       + " ".join(torch.get("arch_list") or []))
+    if driver_cuda and vtuple(cuda)[:2] > vtuple(driver_cuda)[:2]:
+        out.append(f"torch {version} is built for CUDA {cuda}, newer than the driver's CUDA {driver_cuda}")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -500,15 +655,30 @@ def parse_torch(text) -> dict | None:
 # ----------------------------------------------------------------------------------------------
 
 def fingerprint_from_raw(raw: dict) -> dict:
-    """Build the fact from a host's raw outputs (any subset of FILES)."""
-    raw = {k: v for k, v in (raw or {}).items() if v is not None}
+    """Build the fact from a host's raw outputs (any subset of FILES). Never raises on odd input: a
+    field that cannot be read is null (with its reason in ``null_reasons``) and the host gets a problem."""
+    try:
+        return _fingerprint_from_raw(raw)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence; the fuzz test keeps it unreached
+        return {"gpu_count": 0, "gpus": [], "driver_version": None, "driver_cuda_version": None,
+                "cuda_toolkits": [], "nvcc_version": None, "torch": None, "os": None, "glibc": None,
+                "sources": [], "null_reasons": {"driver_version": "fingerprint parser error"},
+                "problems": [(f"fingerprint parser error ({type(exc).__name__}: {exc}); please report this "
+                              "capture folder")]}
+
+
+def _fingerprint_from_raw(raw: dict) -> dict:
+    raw = {k: v for k, v in (raw or {}).items() if isinstance(v, str)}
     meta = {}
     if raw.get("capture-meta.json"):
         try:
             meta = json.loads(raw["capture-meta.json"])
         except ValueError:
             meta = {}
-    errors = dict(meta.get("errors") or {})
+    if not isinstance(meta, dict):
+        meta = {}
+    errors = {str(k): str(v) for k, v in (meta.get("errors") or {}).items()} \
+        if isinstance(meta.get("errors"), dict) else {}
     problems: list[str] = []
     sources: list[str] = []
 
@@ -544,32 +714,53 @@ def fingerprint_from_raw(raw: dict) -> dict:
     gpus: dict[str, dict] = {}
     order: list[str] = []
 
-    def slot(bus, index=None):
+    def slot(bus, index=None, uuid=None):
+        """The GPU's record: the same PCI bus id, else the same UUID (a source without the bus id),
+        else a new one keyed by bus id or index."""
         key = bus or f"index:{index}"
+        if key not in gpus and uuid:
+            key = next((k for k, v in gpus.items() if v["uuid"] == uuid), key)
+        if key not in gpus and index is not None:  # one of the two sources has no bus id
+            key = next((k for k, v in gpus.items()
+                        if v["index"] == index and (v["pci_bus_id"] is None or bus is None)), key)
         if key not in gpus:
             gpus[key] = {"index": index, "name": None, "uuid": None, "pci_bus_id": bus, "sm": None,
                          "sm_source": None, "arch": None, "arch_hint": None, "memory_total_mib": None,
-                         "memory_used_mib": None, "processes": None, "problems": []}
+                         "memory_used_mib": None, "processes": None, "problems": [], "warnings": [],
+                         "null_reasons": {}, "mig_mode": None, "mig_devices": []}
             order.append(key)
         return gpus[key]
 
+    def take(g, src):
+        """Fill g's gaps from one source's GPU (null reasons, MIG)."""
+        for k, why in (src.get("null_reasons") or {}).items():
+            g["null_reasons"].setdefault(k, why)
+        if g["mig_mode"] is None and src.get("mig_mode"):
+            g["mig_mode"] = src["mig_mode"]
+        if not g["mig_devices"] and src.get("mig_devices"):
+            g["mig_devices"] = src["mig_devices"]
+        if g["pci_bus_id"] is None and src.get("pci_bus_id"):
+            g["pci_bus_id"] = src["pci_bus_id"]
+
     for q in query or []:
-        g = slot(q["pci_bus_id"], q["index"])
+        g = slot(q["pci_bus_id"], q["index"], q["uuid"])
         for k in ("name", "uuid", "memory_total_mib", "memory_used_mib"):
             g[k] = q[k]
         if q["sm"]:
             g["sm"], g["sm_source"] = q["sm"], "compute_cap"
         if q["problem"]:
             g["problems"].append(q["problem"])
+        take(g, q)
     table_by_bus = {t["pci_bus_id"]: t for t in (table or {}).get("gpus", [])}
     for pos, x in enumerate((xml or {}).get("gpus", [])):
         t = table_by_bus.get(x["pci_bus_id"])
         index = t["index"] if t else None
         if index is None and not query and not table_by_bus:
             index = pos
-        g = slot(x["pci_bus_id"], index)
+        g = slot(x["pci_bus_id"], index, x["uuid"])
         if g["index"] is None:
             g["index"] = index
+        take(g, x)
         for k in ("name", "uuid", "memory_total_mib", "memory_used_mib"):
             if g[k] is None:
                 g[k] = x[k]
@@ -584,6 +775,7 @@ def fingerprint_from_raw(raw: dict) -> dict:
         g = slot(t["pci_bus_id"], t["index"])
         if g["index"] is None:
             g["index"] = t["index"]
+        take(g, t)
         if g["name"] is None and t["name"]:
             g["name"] = t["name"]
         for k in ("memory_total_mib", "memory_used_mib"):
@@ -606,16 +798,25 @@ def fingerprint_from_raw(raw: dict) -> dict:
     table_procs = {}
     for p in (table or {}).get("processes", []):
         table_procs.setdefault(p["gpu_index"], []).append({k: p[k] for k in ("pid", "name", "used_mib", "type")})
-    units = meta.get("process_units") or {}
+    units = meta.get("process_units") if isinstance(meta.get("process_units"), dict) else {}
     for plist in list(by_uuid.values()) + list(table_procs.values()) + \
             [x["processes"] for x in (xml or {}).get("gpus", [])]:
         for p in plist:
             p["unit"] = units.get(str(p.get("pid")))
+    known_uuids = {g["uuid"] for g in gpus.values() if g["uuid"]}
+    unmatched = [p for p in apps or [] if p["gpu_uuid"] not in known_uuids]
     for g in gpus.values():
         if apps is not None:
             g["processes"] = by_uuid.get(g["uuid"], [])
+            if not g["processes"] and unmatched:  # apps CSV names GPUs we do not know (MIG-..., a uuid
+                g["processes"] = table_procs.get(g["index"], [])  # the other sources lack): the table's list
         elif g["processes"] is None:
             g["processes"] = table_procs.get(g["index"], []) if table else []
+    if unmatched and not table_procs:
+        problems_early = [f"{len(unmatched)} process(es) on GPU UUIDs no other source lists ("
+                          + ", ".join(sorted({p['gpu_uuid'] for p in unmatched})) + "): not attributed to a GPU"]
+    else:
+        problems_early = []
 
     out_gpus = []
     for key in order:
@@ -625,16 +826,33 @@ def fingerprint_from_raw(raw: dict) -> dict:
             if sm:
                 g["sm"], g["sm_source"] = sm, "name"
         g["arch"] = arch_of(g["sm"]) or arch_of(None, g["arch_hint"])
-        if g["sm"] is None and g["name"]:
-            g["problems"].append(f"unknown SM for GPU name {g['name']!r}")
-        hard = [p for p in g["problems"] if not p.startswith("unknown SM")]
+        hard = list(g["problems"])
+        soft = list(g["warnings"])
+        if g["sm"] is None and not hard:
+            soft.append((f"unknown SM for GPU name {g['name']!r}" if g["name"] else
+                         f"unknown SM and name ({g['null_reasons'].get('name') or 'no source names it'})")
+                        + " (the CUDA wheels cannot be checked against it)")
+        reasons = {k: v for k, v in g["null_reasons"].items() if g.get(k) is None}
+        if g["sm"] is None and "sm" not in reasons:
+            reasons["sm"] = ("no compute_cap in any source and the name is not in the SM table"
+                             if g["name"] else "no source names this GPU")
+        used_why = reasons.get("memory_used_mib")
+        if g["memory_used_mib"] is None and used_why and not hard and \
+                not re.search(r"not supported|n/a", used_why, re.IGNORECASE):
+            soft.append(f"memory use unknown ({used_why}): whether the GPU is busy is judged by its processes only")
+        if g["mig_mode"] == "enabled":
+            sizes = [d["memory_total_mib"] for d in g["mig_devices"] if d.get("memory_total_mib")]
+            soft.append(f"MIG mode enabled ({len(g['mig_devices'])} MIG device(s)"
+                        + (f", largest {max(sizes)} MiB" if sizes else "")
+                        + "): CUDA sees MIG slices, not the whole GPU")
         out_gpus.append({
             "index": g["index"], "name": g["name"], "uuid": g["uuid"], "pci_bus_id": g["pci_bus_id"],
             "sm": g["sm"], "arch": g["arch"], "memory_total_mib": g["memory_total_mib"],
             "memory_used_mib": g["memory_used_mib"],
             "processes": sorted(g["processes"] or [], key=lambda p: (p["pid"] is None, p["pid"] or 0)),
-            "healthy": not hard, "problem": "; ".join(g["problems"]) or None,
-            "sm_source": g["sm_source"],
+            "healthy": not hard, "problem": "; ".join(hard + soft) or None,
+            "sm_source": g["sm_source"], "mig_mode": g["mig_mode"], "mig_devices": g["mig_devices"],
+            "null_reasons": reasons, "warnings": soft,
         })
     out_gpus.sort(key=lambda g: (g["index"] is None, g["index"] if g["index"] is not None else 0,
                                  g["pci_bus_id"] or ""))
@@ -668,9 +886,21 @@ def fingerprint_from_raw(raw: dict) -> dict:
     if not out_gpus and not smi_errors and any(
             k in raw for k in ("nvidia-smi.txt", "nvidia-smi-query.csv", "nvidia-smi-q.xml")):
         problems.append("nvidia-smi listed no GPUs")
+    null_reasons = {}
+    if driver is None:
+        null_reasons["driver_version"] = "; ".join(smi_errors) or (
+            "no source printed a driver version (no nvidia-smi header line, no XML, no driver_version column, "
+            "no /proc/driver/nvidia/version)")
+    if driver_cuda is None:
+        null_reasons["driver_cuda_version"] = null_reasons.get("driver_version") or \
+            f"driver {driver} is older than every CUDA release this tool knows"
+    problems.extend(problems_early)
     for g in out_gpus:
+        label = g["index"] if g["index"] is not None else g["pci_bus_id"] or "?"
         if not g["healthy"]:
-            problems.append(f"GPU {g['index'] if g['index'] is not None else g['pci_bus_id']}: {g['problem']}")
+            problems.append(f"GPU {label}: {g['problem']}")
+        else:
+            problems.extend(f"GPU {label}: {w}" for w in g["warnings"])
 
     # --- Toolkits, nvcc, torch, OS.
     nvcc_version = parse_nvcc(raw.get("nvcc-version.txt"))
@@ -691,6 +921,7 @@ def fingerprint_from_raw(raw: dict) -> dict:
         sources.append("torch.json")
         if torch.get("error"):
             problems.append(f"torch probe failed: {torch['error']}")
+        problems.extend(torch_problems(torch, out_gpus, driver_cuda))
     os_name = parse_os_release(raw.get("os-release"))
     if os_name:
         sources.append("os-release")
@@ -709,6 +940,7 @@ def fingerprint_from_raw(raw: dict) -> dict:
         "os": os_name,
         "glibc": glibc,
         "sources": sources,
+        "null_reasons": null_reasons,
         "problems": problems,
     }
 
@@ -721,7 +953,8 @@ TORCH_PROBE = (
     "import json\n"
     "try:\n"
     "    import torch\n"
-    "    d = {'version': torch.__version__, 'cuda': torch.version.cuda}\n"
+    "    d = {'version': torch.__version__, 'cuda': torch.version.cuda,\n"
+    "         'hip': getattr(torch.version, 'hip', None)}\n"
     "    try:\n"
     "        import warnings\n"
     "        with warnings.catch_warnings(record=True) as w:\n"
@@ -952,6 +1185,14 @@ def check_requested_gpus(fingerprint: dict, requests: list[dict]) -> list[str]:
             if not g.get("healthy", True):
                 errors.append(f"instance {name}: {label} is unhealthy: {g.get('problem') or 'unknown reason'}")
                 continue
+            if g.get("mig_mode") == "enabled":
+                sizes = [d.get("memory_total_mib") for d in g.get("mig_devices") or [] if d.get("memory_total_mib")]
+                errors.append(
+                    f"instance {name}: {label} has MIG mode enabled ({len(g.get('mig_devices') or [])} MIG "
+                    f"device(s){', largest ' + str(max(sizes)) + ' MiB' if sizes else ''}): a server on it gets "
+                    f"one MIG slice, not the GPU; disable MIG (nvidia-smi -i {idx} -mig 0, then reset the GPU) "
+                    f"or pick a GPU without MIG")
+                continue
             if not req.get("allow_busy"):
                 reason = gpu_busy_reason(g, own_unit, threshold)
                 if reason:
@@ -1051,7 +1292,8 @@ def check_driver_compat(fingerprint: dict, layers: list, host: str = "host",
         lname = layer.get("name", "?") if isinstance(layer, dict) else "?"
         need_driver = min_driver_for(cuda)
         if not driver:
-            why = "; ".join(fp.get("problems") or []) or "no driver found"
+            why = (fp.get("null_reasons") or {}).get("driver_version") or "; ".join(fp.get("problems") or []) \
+                or "no driver found"
             errors.append(f"{host}: layer {lname!r} installs CUDA {cuda} wheels (driver >= {need_driver}) "
                           f"but the host's driver is unknown: {why}")
             continue
