@@ -279,8 +279,10 @@ def smi_error(text) -> str | None:
 
 
 _UNREACHABLE = re.compile(
-    r"Unable to determine the device handle for\s*(?:GPU)?\s*(?:(\d{1,3})\s*:(?![0-9A-Fa-f]{2}[:.])\s*)?"
-    r"(?:((?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:?)?\s*([^\n]*)")
+    r"Unable to determine the device handle for[ \t]*(?:GPU)?[ \t]*"
+    r"(?:(\d{1,3})(?:[ \t]*:(?![0-9A-Fa-f]{2}[:.])|[ \t]*$)[ \t]*)?"
+    r"(?:((?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])[ \t]*:?)?[ \t]*([^\n]*)",
+    re.IGNORECASE | re.MULTILINE)
 
 
 def unreachable_gpus(text) -> list[dict]:

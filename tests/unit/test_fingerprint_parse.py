@@ -250,11 +250,18 @@ def test_no_nvidia_smi_at_all():
     ("Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error", 1, "00000000:34:00.0"),
     ("Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error", None, "00000000:CB:00.0"),
     ("Unable to determine the device handle for GPU 0: Unknown Error", 0, None),
+    ("Unable to determine the device handle for GPU 000:BA:80.0: Unknown Error", None, "00000000:BA:80.0"),
+    ("UNABLE TO DETERMINE THE DEVICE HANDLE FOR GPU0000:CB:00.0: Unknown Error", None, "00000000:CB:00.0"),
 ])
 def test_unreachable_line_forms(line, index, bus):
     (u,) = fpm.unreachable_gpus(line)
     assert (u["index"], u["pci_bus_id"]) == (index, bus)
     assert u["problem"] == "Unable to determine the device handle: Unknown Error"
+
+
+def test_unreachable_line_cut_after_the_index():
+    (u,) = fpm.unreachable_gpus("Unable to determine the device handle for GPU0\nThu Aug 27 18:05:38 2026\n")
+    assert (u["index"], u["pci_bus_id"], u["problem"]) == (0, None, "Unable to determine the device handle")
 
 
 # --------------------------------------------------------------------------- tables
