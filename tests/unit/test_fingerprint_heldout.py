@@ -151,6 +151,20 @@ def test_two_digit_indexes_without_header():
     assert "GPU 14 (NVIDIA RTX 4000 Ada Gene...) is unhealthy: nvidia-smi reports ERR!" in refusals(fp, gpus=[14])[0]
 
 
+@pytest.mark.parametrize(("folder", "driver", "cuda", "used"), [
+    ("rtx5090-wsl-596", "596.36", "13.2", 1307),
+    ("rtx5090-wsl-591", "591.59", "13.1", 2187),
+])
+def test_wsl_driver_version_is_the_windows_driver(folder, driver, cuda, used):
+    fp = fp_of(folder)
+    assert (fp["driver_version"], fp["driver_cuda_version"]) == (driver, cuda) and fp["problems"] == []
+    (g,) = fp["gpus"]
+    assert (g["sm"], g["arch"], g["memory_used_mib"], g["memory_total_mib"], g["mig_mode"]) == \
+        ("12.0", "blackwell", used, 32607, None)
+    assert refusals(fp, layers=[{"name": "base", "cuda": "13.1"}], gpus=[0]) and \
+        refusals(fp, layers=[{"name": "base", "cuda": "13.3"}], gpus=[])[0].startswith(f"h: GPU 0 NVIDIA GeForce RTX 5090 (SM 12.0): driver {driver}")
+
+
 def test_wsl_driver_version_is_the_driver_not_the_smi():
     fp = fp_of("rtx5090-wsl-596")
     assert fp["driver_version"] == "596.36" and fp["driver_cuda_version"] == "13.2" and fp["nvcc_version"] == "13.2"
