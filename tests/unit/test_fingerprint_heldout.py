@@ -206,6 +206,17 @@ def test_names_of_the_heldout_gpus(name, sm):
     assert fpm.sm_from_name(name) == sm
 
 
+@pytest.mark.parametrize(("text", "version"), [
+    (("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build  (dvs-builder@U22)  "
+      "Thu Sep 25 2025\n"), "580.95.05"),
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.182.03  Fri Feb 24 03:29:56 UTC 2023\n", "470.182.03"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.142  Release Build\n", "580.142"),
+    ("cat: /proc/driver/nvidia/version: No such file or directory\n", None),
+])
+def test_proc_driver_version_forms(text, version):
+    assert fpm.parse_proc_version(text) == version
+
+
 # --------------------------------------------------------------------------- torch builds
 
 
