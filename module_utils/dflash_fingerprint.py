@@ -694,13 +694,26 @@ def _fingerprint_from_raw(raw: dict) -> dict:
     proc_driver = parse_proc_version(raw.get("proc-driver-nvidia-version.txt"))
 
     # The host-level reason when nvidia-smi gave no data.
+    # Errors the capture recorded (exit codes): a file that still gave data is explained by its GPUs'
+    # own problems (a lost GPU makes nvidia-smi exit non-zero after printing the others); when other
+    # sources gave GPUs, the failing command is named.
+    produced = {"nvidia-smi.txt": bool(table and table["gpus"]), "nvidia-smi-query.csv": bool(query),
+                "nvidia-smi-q.xml": bool(xml and xml["gpus"]),
+                "nvidia-smi-apps.csv": apps is not None and bool((apps_text or "").strip())}
+    labels = {"nvidia-smi.txt": "nvidia-smi", "nvidia-smi-query.csv": "nvidia-smi --query-gpu",
+              "nvidia-smi-apps.csv": "nvidia-smi --query-compute-apps", "nvidia-smi-q.xml": "nvidia-smi -q -x"}
+    any_gpus = any(produced[k] for k in ("nvidia-smi.txt", "nvidia-smi-query.csv", "nvidia-smi-q.xml"))
     smi_errors = []
-    for label, err in (("nvidia-smi", table and table["error"]), ("nvidia-smi --query-gpu", query_err),
-                       ("nvidia-smi -q -x", xml and xml.get("error") if xml and not xml["gpus"] else None)):
+    for fname, err in (("nvidia-smi.txt", table and table["error"]), ("nvidia-smi-query.csv", query_err),
+                       ("nvidia-smi-q.xml", xml and xml.get("error") if xml and not xml["gpus"] else None)):
+        err = f"{labels[fname]}: {err}" if err and any_gpus else err
         if err and err not in smi_errors:
             smi_errors.append(err)
     for fname, err in errors.items():
-        if fname.startswith("nvidia-smi") and err and err not in smi_errors:
+        if not fname.startswith("nvidia-smi") or not err or produced.get(fname):
+            continue
+        err = f"{labels.get(fname, fname)}: {err}" if any_gpus else err
+        if err not in smi_errors:
             smi_errors.append(err)
 
     if query:
@@ -1041,7 +1054,9 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
             meta["errors"][fname] = text
             return None, text
         if rc != 0:
-            meta["errors"][fname] = smi_error(text) or text.strip()[-300:]
+            meta["errors"][fname] = smi_error(text) or (
+                f"exit code {rc}" if re.search(r"NVIDIA-SMI \d|<nvidia_smi_log|^\s*\d+\s*,", text, re.MULTILINE)
+                else text.strip()[-300:])
         raw[fname] = text
         return rc, text
 

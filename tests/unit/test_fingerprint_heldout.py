@@ -195,6 +195,25 @@ def test_sources_without_bus_id_or_with_foreign_uuids_do_not_duplicate_or_lose_g
     assert any("not attributed to a GPU" in p for p in alone["problems"])
 
 
+def test_a_non_zero_exit_with_data_is_not_a_host_error(tmp_path):
+    """A lost GPU: nvidia-smi prints the line, then the other GPUs, and exits non-zero."""
+    table = (FIXTURES / "rtxpro6000-610-unreachable" / "nvidia-smi.txt").read_text()
+    (tmp_path / "table.txt").write_text(table)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nif [ $# -eq 0 ]; then cat {tmp_path / 'table.txt'}; exit 15; fi\n"
+                   "case $1 in --query-compute-apps*) echo 'No devices were found'; exit 6;; esac\nexit 2\n")
+    smi.chmod(0o755)
+    raw = fpm.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "x"),
+                          toolkit_roots=(str(tmp_path / "none"),))
+    meta = json.loads(raw["capture-meta.json"])
+    assert meta["errors"]["nvidia-smi.txt"] == "exit code 15"
+    fp = fpm.fingerprint_from_raw(raw)
+    assert [g["index"] for g in fp["gpus"]] == [0, 1, 2, 3]
+    assert fp["problems"] == ["nvidia-smi -q -x: no XML output",
+                              "nvidia-smi --query-compute-apps: no NVIDIA devices were found",
+                              "GPU 1: Unable to determine the device handle: Unknown Error"]
+
+
 @pytest.mark.parametrize(("name", "sm"), [
     ("NVIDIA H100L-2-24C", "9.0"),  # a vGPU profile on a MIG-backed H100 (HSF/prmon pull 318)
     ("NVIDIA A100-SXM4-80GB", "8.0"),
