@@ -478,7 +478,7 @@ def _mig_mode(text) -> str | None:
 _MIG_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s*\|\s*(?:(\d+)\s*MiB\s*/\s*(\d+)\s*MiB)?")
 
 _ROW1 = re.compile(
-    r"^\|\s*(\d+)\s+(.*?)\s+(On|Off|N/A|ERR!|WDDM|TCC)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
+    r"^\|\s*(\d+)\s+(.*?)\s+(On|Off|N/A|ERR!|WDDM|TCC)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d|N/A)"
     r"\s+(\S+)\s*\|\s*(.*?)\s*\|\s*$")
 _MEM = re.compile(r"\|\s*(\d+|ERR!)\s*MiB\s*/\s*(\d+|ERR!)\s*MiB\s*\||\|\s*(ERR!|N/A)\s*/\s*(\d+)MiB\s*\|")
 _PROC = re.compile(
@@ -881,11 +881,12 @@ def _fingerprint_from_raw(raw: dict) -> dict:
     if proc_driver:
         sources.append("proc-driver-nvidia-version.txt")
     driver_cuda = (xml and xml.get("cuda_version")) or (table and table["cuda_version"])
+    driver_cuda_source = "nvidia-smi" if driver_cuda else None
     if driver_cuda is None and driver:
         inferred = cuda_of_driver(driver)
         cuda_na = bool((table and table.get("cuda_na")) or (xml and xml.get("cuda_na")))
         if inferred:
-            driver_cuda = inferred
+            driver_cuda, driver_cuda_source = inferred, "driver branch"
         if inferred and not cuda_na:
             sources.append(f"driver_cuda_version inferred from driver branch {vtuple(driver)[0]}")
         elif inferred:
@@ -949,6 +950,7 @@ def _fingerprint_from_raw(raw: dict) -> dict:
         "gpus": out_gpus,
         "driver_version": driver,
         "driver_cuda_version": driver_cuda,
+        "driver_cuda_source": driver_cuda_source,
         "cuda_toolkits": toolkits,
         "nvcc_version": nvcc_version,
         "torch": torch,
@@ -1314,8 +1316,12 @@ def check_driver_compat(fingerprint: dict, layers: list, host: str = "host",
             errors.append(f"{host}: layer {lname!r} installs CUDA {cuda} wheels (driver >= {need_driver}) "
                           f"but the host's driver is unknown: {why}")
             continue
+        # The CUDA version nvidia-smi prints is the driver's own word (also for Jetson's 540 branch, which
+        # the x86_64 minimum-driver table does not know); the table is for when it was inferred.
+        printed = fp.get("driver_cuda_source") == "nvidia-smi" and bool(driver_cuda)
         ok = True
-        if driver_cuda and not version_ge(driver_cuda, cuda) or need_driver and not version_ge(driver, need_driver):
+        if driver_cuda and not version_ge(driver_cuda, cuda) or \
+                need_driver and not printed and not version_ge(driver, need_driver):
             ok = False
         if not ok and allow_minor_version_compat:
             major = str(vtuple(cuda)[0]) if vtuple(cuda) else ""

@@ -176,6 +176,22 @@ def test_wsl_driver_version_is_the_driver_not_the_smi():
          "(another container or a MIG/vGPU tenant?) (set allow_busy_gpus: true to share it)")]
 
 
+def test_jetson_orin_without_bus_id_and_its_own_driver_branch():
+    fp = fp_of("orin-540-jetson")
+    (g,) = fp["gpus"]
+    assert (g["index"], g["name"], g["pci_bus_id"], g["sm"], g["arch"], g["sm_source"]) == \
+        (0, "Orin (nvgpu)", None, "8.7", "ampere", "name")
+    assert g["memory_total_mib"] is None and g["null_reasons"]["memory_total_mib"] == "Not Supported"
+    assert fp["problems"] == [] and (fp["driver_version"], fp["driver_cuda_version"]) == ("540.4.0", "12.6")
+    assert fp["driver_cuda_source"] == "nvidia-smi"
+    # 540 is Jetson's own branch, below the x86_64 minimum for 12.4 (550.54.14): the printed CUDA decides
+    assert refusals(fp, layers=[{"name": "base", "cuda": "12.4"}]) == []
+    (ref,) = refusals(fp, layers=LAYER_128)
+    assert "driver 540.4.0 supports CUDA up to 12.6, but layer 'base' installs CUDA 12.8 wheels" in ref
+    inferred = dict(fp, driver_cuda_version=None)  # without the printed CUDA the table still applies
+    assert "need driver >= 550.54.14" in fpm.check_driver_compat(inferred, [{"name": "b", "cuda": "12.4"}])[0]
+
+
 def test_lost_gpu_with_a_three_digit_domain_keeps_its_bus_id():
     fp = fp_of("unreachable-3digit-domain")
     (g,) = fp["gpus"]
