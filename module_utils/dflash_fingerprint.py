@@ -867,7 +867,7 @@ def _fingerprint_from_raw(raw: dict) -> dict:
             "processes": sorted(g["processes"] or [], key=lambda p: (p["pid"] is None, p["pid"] or 0)),
             "healthy": not hard, "problem": "; ".join(hard + soft) or None,
             "sm_source": g["sm_source"], "mig_mode": g["mig_mode"], "mig_devices": g["mig_devices"],
-            "null_reasons": reasons, "warnings": soft,
+            "null_reasons": reasons, "_warnings": soft,
         })
     out_gpus.sort(key=lambda g: (g["index"] is None, g["index"] if g["index"] is not None else 0,
                                  g["pci_bus_id"] or ""))
@@ -916,7 +916,9 @@ def _fingerprint_from_raw(raw: dict) -> dict:
         if not g["healthy"]:
             problems.append(f"GPU {label}: {g['problem']}")
         else:
-            problems.extend(f"GPU {label}: {w}" for w in g["warnings"])
+            problems.extend(f"GPU {label}: {w}" for w in g["_warnings"])
+    for g in out_gpus:  # the warnings are in `problem` and the host's problems; not a fact key of their own
+        del g["_warnings"]
 
     # --- Toolkits, nvcc, torch, OS.
     nvcc_version = parse_nvcc(raw.get("nvcc-version.txt"))
