@@ -54,6 +54,7 @@ VOLATILE_FINGERPRINT_KEYS = frozenset(
         "problem",
         "problems",
         "sources",
+        "null_reasons",  # which cells were placeholders can change between two reads of one host
     }
 )
 
