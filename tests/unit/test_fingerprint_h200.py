@@ -49,3 +49,23 @@ def test_h200_every_source_agrees(fp):
 
 def test_h200_gate_cu130_layer_passes(fp):
     assert fpm.check_driver_compat(fp, [{"name": "serve", "cuda": "13.0"}], host="h200") == []
+
+
+# A live capture of the same H200 while a foreign process (plain torch, no unit) held 4.6 GiB.
+BUSY = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "h200-busy-foreign"
+
+
+def test_h200_busy_capture_lists_the_foreign_process():
+    fp = fpm.fingerprint_from_raw(fpm.read_capture(BUSY))
+    g = fp["gpus"][0]
+    assert g["healthy"] is True and g["mig_mode"] == "disabled"
+    assert g["memory_used_mib"] == 4623
+    [p] = g["processes"]
+    assert (p["pid"], p["used_mib"], p["type"], p["unit"]) == (475, 4614, "C", None)
+
+
+def test_h200_busy_capture_refuses_the_gpu_unless_allowed():
+    fp = fpm.fingerprint_from_raw(fpm.read_capture(BUSY))
+    [err] = fpm.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0]}])
+    assert err.startswith("instance h200-dflash: GPU 0 (NVIDIA H200)") and "475" in err, err
+    assert fpm.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0], "allow_busy": True}]) == []
