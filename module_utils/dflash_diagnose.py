@@ -383,6 +383,15 @@ RULES: list[Rule] = [
          "the model at {model} could not be loaded (missing {missing_file})",
          "fix `--model-path` ({model}): point it at the directory that holds config.json, the "
          "tokenizer and the weights (download it first / check mounts and permissions)"),
+    Rule("hf_gated", "model_missing", 61,
+         _rx(r"Cannot access gated repo for url https://huggingface\.co/(?P<model7>[\w.-]+/[\w.-]+)/"
+             r"|Access to model (?P<model8>[\w.-]+/[\w.-]+) is restricted|You are trying to access a gated repo"
+             r"|40[13] Client Error[^\n]*?https://huggingface\.co/(?!api/)(?P<model9>[\w.-]+/[\w.-]+)/resolve/"),
+         "the model {model} is a gated or private Hub repository and the Hub refused the download (HTTP 401/403: "
+         "no token reached the server, or the token's account has not been granted access)",
+         "accept the model's terms on its Hub page with the account that owns the token, then set HF_TOKEN in the "
+         "instance env (huggingface_hub reads HF_TOKEN; HUGGINGFACEHUB_API_TOKEN is not read), or download the "
+         "model ahead and point `--model-path` at the local directory"),
     Rule("hf_repo_not_found", "model_missing", 60,
          _rx(r"RepositoryNotFoundError|GatedRepoError|Repository Not Found for url|is not a valid model identifier"
              r"|is not a local folder and is not a valid model"),
@@ -416,6 +425,13 @@ RULES: list[Rule] = [
          "point `--model-path` at a directory holding the *.safetensors weights (or finish the download)"),
 
     # ---------------------------------------------------------------- nccl_init
+    Rule("nccl_shm", "nccl_init", 52,
+         _rx(r"Error while creating shared memory segment (?P<shm_seg>\S+)(?: \(size (?P<shm_size>\d+)\))?"
+             r"|posix_fallocate failed\s*:\s*No space left on device"),
+         "NCCL could not create its shared-memory segment in /dev/shm (/dev/shm too small or full){nccl_version_s}",
+         "give the service a larger /dev/shm: NCCL puts a segment of several MB per GPU pair there (containers: "
+         "`--shm-size=16g` or `--ipc=host`; Kubernetes: a memory-backed emptyDir on /dev/shm; bare hosts: "
+         "`df -h /dev/shm` and free it); NCCL_SHM_DISABLE=1 works around it at some speed cost"),
     Rule("nccl_error", "nccl_init", 50,
          _rx(r"NCCL error[^\n]*?(?P<nccl_kind>unhandled system error|internal error|unhandled cuda error|"
              r"invalid usage|remote process exited|invalid argument|unhandled system|Call to \w+ failed)"
@@ -509,6 +525,7 @@ _RULE_KEYWORDS = (
     "init_process_group", "watchdog", "no module named", "sndfile", "cannot import name", "ninja",
     "display driver", "mismatch", "device function", "path_or_model_id", "unrecognized model", "has no attribute",
     "config format", "valid json", "budget", "minimum required version", "packagenotfound", "no cuda gpus",
+    "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
 )
 
 
@@ -524,10 +541,15 @@ HEALTHY_RE = re.compile(
 
 # Generic failure lines, for an honest "unknown" when no rule matched.
 GENERIC_FATAL_RE = re.compile(
-    r"^(?:[\w.]+\.)?(?:(?:[A-Z]\w*)?(?:Error|Exception)|KeyboardInterrupt|SystemExit)(?::|$)"
+    r"^(?:[\w.]+\.)?(?:(?:[A-Z]\w*)?(?:Error|Exception)|KeyboardInterrupt|SystemExit)(?::|\(|$)"
     r"|^Exception has occurred: |\b[A-Z_]*ASSERT\w*\(.*\) failed|Assertion [`'].*' failed"
     r"|Segmentation fault|core dumped|Fatal Python error|terminate called after|Aborted"
-    r"|CUDA error:|Main process exited, code=|Failed with result|ERROR|FATAL|CRITICAL",
+    r"|CUDA error:|Main process exited, code=|Failed with result|ERROR|FATAL|CRITICAL"
+    # a bare OS error, a process killed by SIGKILL (shell / docker / kernel OOM killer / systemd), a Rust
+    # panic (sglang's router), a quantization the GPU cannot run (vLLM's check, printed without a class)
+    r"|^\[Errno \d+\] |^Killed\s*$|\d Killed\s|Out of memory: Kill(?:ed)? process|killed by the OOM killer"
+    r"|exited with code 137|exit code 137|status=9/KILL|\bpanicked at |on an `Err` value"
+    r"|is not supported for the current GPU",
 )
 # ... but these are consequences, never a root cause.
 NOISE_RE = re.compile(
@@ -970,7 +992,8 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     arch = re.search(r"supports CUDA capabilities ((?:sm_\d+a? ?)+)", seg_text)
     f["torch_arch_s"] = f" (this torch only has {arch.group(1).strip()})" if arch else ""
     f["model"] = (g.get("model") or g.get("model2") or g.get("model3") or g.get("model4") or g.get("model5")
-                  or g.get("model6") or g.get("hf_model") or facts.get("model", "the configured model path"))
+                  or g.get("model6") or g.get("model7") or g.get("model8") or g.get("model9")
+                  or g.get("hf_model") or facts.get("model", "the configured model path"))
     f["missing_file"] = (g.get("missing_file") or "config.json / weights").rstrip(".")
     if g.get("model_file") and "model" not in g:
         f["model"] = facts.get("model", os.path.dirname(g["model_file"]))
@@ -1063,7 +1086,38 @@ def _clip(s: str) -> str:
 
 _GENERIC_HINTS = ("Error", "Exception", "Interrupt", "SystemExit", "Segmentation", "core dumped", "Fatal",
                   "terminate called", "Aborted", "ERROR", "FATAL", "CRITICAL", "exited, code=", "Failed with",
-                  "ASSERT", "Assertion")
+                  "ASSERT", "Assertion", "Errno", "Killed", "OOM killer", "code 137", "9/KILL", "panicked",
+                  "`Err` value", "for the current GPU")
+
+# What an error outside CAUSES usually means, for the remedy of an "unknown" verdict (first match wins).
+_UNKNOWN_HINTS = (
+    (re.compile(r"No space left on device|Errno 28\b|StorageFull|Disk quota exceeded|Errno 122\b"),
+     ("the filesystem named is full: free space (`df -h`; `df -h /dev/shm` for shared memory) or move the "
+      "model and cache directories (HF_HOME, TRITON_CACHE_DIR) to a larger disk")),
+    (re.compile(r"Read-only file system|Errno 30\b"),
+     ("that path is on a read-only filesystem (a read-only mount, or the unit's ProtectSystem= / ProtectHome= / "
+      "ReadOnlyPaths=): point HOME, HF_HOME, XDG_CACHE_HOME, TRITON_CACHE_DIR and FLASHINFER_WORKSPACE_BASE of the "
+      "instance at a writable directory, or list it in ReadWritePaths=")),
+    (re.compile(r"Permission denied|Errno 13\b|PermissionError"),
+     ("the service user may not use that path: make the unit's user own it, or point HOME / HF_HOME / the "
+      "cache directories at a directory it owns (ProtectHome= and a HOME of / cause this too)")),
+    (re.compile(r"Too many open files|Errno 24\b|code: 24\b"),
+     "the open-files limit is too low: raise it (LimitNOFILE=65536 in the unit, `ulimit -n 65536` in a shell)"),
+    (re.compile(r"Killed|OOM killer|code 137|9/KILL|oom-kill", re.IGNORECASE),
+     ("the process was killed with SIGKILL (exit 137); on a host that is usually the kernel OOM killer after "
+      "host RAM ran out while loading weights: check `journalctl -k | grep -i 'out of memory'`, then add RAM or "
+      "swap, or run fewer servers per host")),
+    (re.compile(r"No HIP GPUs|\bhipError|HIP error"),
+     "this torch is a ROCm (HIP) build: on an NVIDIA host install a CUDA build of torch (+cuXXX)"),
+    (re.compile(r"not supported for the current GPU|Min(?:imum)? capability|fp8e4nv not supported"
+                r"|is_sm\d+_supported"),
+     ("the model's quantization has no kernel path on this GPU: serve a checkpoint in a format this GPU "
+      "supports (e.g. bf16 / fp16 instead of fp8 / awq), or use a GPU the message names as supported")),
+)
+
+
+def _unknown_hint(text: str) -> str:
+    return next((hint for rx, hint in _UNKNOWN_HINTS if rx.search(text)), "")
 
 
 def _first_generic_failure(lines: list[_Line]) -> _Line | None:
@@ -1082,6 +1136,9 @@ def _generic_text(lines: list[_Line], ln: _Line) -> str:
     """The first error as a sentence: a bare exception name gets the message line after it, or the
     assert statement before it."""
     text = ln.text
+    if re.search(r"\bpanicked at \S+:\s*$", text):
+        nxt = next((x for x in lines[ln.index + 1: ln.index + 3] if x.text), None)
+        return f"{text} {nxt.text}" if nxt is not None else text
     if not _BARE_EXC_RE.match(text):
         return text
     nxt = next((x for x in lines[ln.index + 1: ln.index + 3] if x.text), None)
@@ -1091,6 +1148,9 @@ def _generic_text(lines: list[_Line], ln: _Line) -> str:
     if prev is not None and prev.text.startswith("assert "):
         return f"{text} ({prev.text})"
     return text
+
+
+_OS_ERROR_RE = re.compile(r"\[Errno \d+\]|Os \{ code: \d+")
 
 
 def _first_traceback(lines: list[_Line]) -> _Line | None:
@@ -1139,7 +1199,7 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
         result.update(read_info)
 
     if chosen is None and weak_only:
-        hint = weak_only[0]
+        hint = min(weak_only, key=lambda m: (-m.rule.priority, m.line.index))
         healthy_after = any(i >= hint.line.index for i in scan.healthy_lines)
         generic = _first_generic_failure(lines[hint.line.index:])
         if not healthy_after or generic:
@@ -1149,10 +1209,13 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
         generic = _first_generic_failure(lines)
         notes = "; ".join(sorted({m.rule.summary.split("{")[0].strip() for m in weak_only}))
         if generic is not None:
+            first = _generic_text(lines, generic)
             result["summary"] = (f"no known cause matched in {source} ({len(lines)} lines); first error: "
-                                 f"{_clip(_generic_text(lines, generic))}")
-            result["remedy"] = ("read the evidence line and the lines before it; rerun the server in the "
-                                "foreground to see the full traceback")
+                                 f"{_clip(first)}")
+            hint = _unknown_hint(first)
+            result["remedy"] = (f"{hint}; " if hint else "") + (
+                "read the evidence line and the lines before it; rerun the server in the foreground to see "
+                "the full traceback")
             result["evidence"] = [_clip(generic.raw)]
         elif (tb := _first_traceback(lines)) is not None and not healthy:
             result["summary"] = (f"a traceback starts at line {tb.index + 1} of {source} but the log ends "
@@ -1160,6 +1223,14 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
             result["remedy"] = ("read the full journal of the unit (journalctl -u <unit> --no-pager) or "
                                 "rerun the server in the foreground to see the exception")
             result["evidence"] = [_clip(tb.raw)]
+            # an OS error logged before the traceback (even one the program chose to ignore) is the lead
+            oserr = next((ln for ln in lines[: tb.index] if _OS_ERROR_RE.search(ln.text)), None)
+            if oserr is not None:
+                result["summary"] += f"; an OS error precedes it: {_clip(oserr.text)}"
+                hint = _unknown_hint(oserr.text)
+                if hint:
+                    result["remedy"] = f"{hint}; {result['remedy']}"
+                result["evidence"].insert(0, _clip(oserr.raw))
         else:
             state = "the server reported ready" if healthy else "no error line"
             result["summary"] = f"no failure found in {source} ({len(lines)} lines; {state})"
