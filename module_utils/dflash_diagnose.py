@@ -1121,11 +1121,26 @@ def _unknown_hint(text: str) -> str:
 
 
 def _first_generic_failure(lines: list[_Line]) -> _Line | None:
+    # the candidate lines come from one substring search per hint over the joined text (a long healthy
+    # log has few of them), in log order
+    joined = "\n".join(ln.raw for ln in lines)
+    starts, pos = [], 0
     for ln in lines:
-        if not any(h in ln.raw for h in _GENERIC_HINTS):
-            continue
+        starts.append(pos)
+        pos += len(ln.raw) + 1
+    nxt = {h: p for h in _GENERIC_HINTS if (p := joined.find(h)) >= 0}
+    while nxt:
+        i = bisect.bisect_right(starts, min(nxt.values())) - 1
+        ln = lines[i]
         if ln.text and GENERIC_FATAL_RE.search(ln.text) and not NOISE_RE.search(ln.text):
             return ln
+        after = starts[i + 1] if i + 1 < len(lines) else len(joined) + 1
+        for h in [h for h, p in nxt.items() if p < after]:
+            p = joined.find(h, after)
+            if p < 0:
+                del nxt[h]
+            else:
+                nxt[h] = p
     return None
 
 
