@@ -124,6 +124,9 @@ BRANCH_CUDA = [
 ]
 
 BUSY_THRESHOLD_MIB = 1024
+# Memory that means another CUDA context exists (a bare context takes ~300-500 MiB): on an exclusive-process
+# GPU that context blocks ours.
+EXCLUSIVE_CONTEXT_MIB = 256
 # Where nvidia-smi lives when it is not on PATH (containers put it in /usr/local/nvidia/bin).
 SMI_FALLBACKS = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi", "/usr/local/bin/nvidia-smi",
                  "/usr/lib/wsl/lib/nvidia-smi")
@@ -205,7 +208,23 @@ def sm_from_name(name) -> str | None:
         for pattern, sm in NAME_SM:
             if re.search(pattern, candidate, re.IGNORECASE):
                 return sm
-    return None
+    return _sm_of_truncated(name)
+
+
+def _sm_of_truncated(name) -> str | None:
+    """The plain table cuts long names ("GeForce GTX 105...", "NVIDIA GeForce RTX 409..."): when the cut falls
+    inside a model number, complete it with zeros (the model numbers of the SM table end in 0) and accept the
+    SM only if every completion that names a model agrees."""
+    m = re.match(r"^(.*?\D)(\d{2,3})\s*\.\.\.$", name.strip())  # at least 2 digits of the number before the cut
+    if not m:
+        return None
+    found = set()
+    for pad in ("0", "00")[:4 - len(m.group(2))]:
+        for pattern, sm in NAME_SM:
+            if re.search(pattern + r"(?!\d)", m.group(1) + m.group(2) + pad, re.IGNORECASE):
+                found.add(sm)
+                break
+    return found.pop() if len(found) == 1 else None
 
 
 def arch_of(sm, hint=None) -> str | None:
@@ -225,6 +244,20 @@ def cuda_of_driver(driver_version) -> str | None:
         if t[0] >= branch:
             return cuda
     return None
+
+
+def _memory_slice_note(name, total_mib) -> str | None:
+    """A GPU whose memory.total is far below the size its name states ("Tesla V100-PCIE-16GB" showing 3000 MiB)
+    is seen through a slice or a limit (HAMi, a vGPU profile): say so, the server gets only that much. Grace
+    superchip names (GH200 480GB) count the CPU's memory and are left out."""
+    m = re.search(r"(\d{1,3})\s*GB\b", name or "", re.IGNORECASE)
+    if not m or not isinstance(total_mib, int) or re.search(r"\bG[HB]\d{2,3}\b", name):
+        return None
+    stated = int(m.group(1)) * 1024
+    if total_mib >= 0.75 * stated:
+        return None
+    return (f"memory.total {total_mib} MiB is far below the {m.group(1)} GB its name states: the GPU is seen "
+            f"through a slice or a limit (HAMi, vGPU); a server on it gets {total_mib} MiB")
 
 
 def _range_text(indexes) -> str:
@@ -303,7 +336,7 @@ def unreachable_gpus(text) -> list[dict]:
 
 _QUERY_KEYS = {"index": "index", "name": "name", "gpu_name": "name", "uuid": "uuid", "gpu_uuid": "uuid",
                "pci.bus_id": "bus", "gpu_bus_id": "bus", "compute_cap": "cc", "driver_version": "driver",
-               "memory.total": "total", "memory.used": "used"}
+               "memory.total": "total", "memory.used": "used", "compute_mode": "compute_mode"}
 
 
 def parse_query_csv(text) -> list[dict]:
@@ -377,6 +410,7 @@ def _query_row(index: int, row: dict) -> dict:
             if severity == "hard":
                 hard.append(f"{field}: {why}")
     out["problem"] = ("nvidia-smi reports " + ", ".join(hard)) if hard else None
+    out["compute_mode"] = _COMPUTE_MODES.get(str(row.get("compute_mode") or "").strip())
     return out
 
 
@@ -458,6 +492,7 @@ def parse_smi_xml(text) -> dict:
                                 "memory_total_mib": _int(txt(d, "fb_memory_usage/total"))})
         out["gpus"].append({
             "mig_mode": _mig_mode(txt(g, "mig_mode/current_mig")), "mig_devices": mig_devices,
+            "compute_mode": _COMPUTE_MODES.get(_clean(txt(g, "compute_mode")) or ""),
             "null_reasons": null_reasons,
             "position": pos, "minor_number": minor, "name": _clean(txt(g, "product_name")),
             "arch_hint": _clean(txt(g, "product_architecture")), "uuid": _clean(txt(g, "uuid")),
@@ -475,6 +510,11 @@ def _mig_mode(text) -> str | None:
     return text if text in ("enabled", "disabled") else None
 
 
+_CUT_ROW = "not in the output (it ends inside this GPU's rows)"
+# Compute mode as the table (abbreviated) and the XML / --query-gpu (full) print it.
+_COMPUTE_MODES = {"Default": "Default", "E. Process": "Exclusive_Process", "E. Thread": "Exclusive_Thread",
+                  "Prohibited": "Prohibited", "Exclusive_Process": "Exclusive_Process",
+                  "Exclusive_Thread": "Exclusive_Thread"}
 _MIG_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s*\|\s*(?:(\d+)\s*MiB\s*/\s*(\d+)\s*MiB)?")
 
 _ROW1 = re.compile(
@@ -528,7 +568,8 @@ def parse_smi_table(text) -> dict:
             idx, name, _pm, bus, _disp, _ecc = r1.groups()
             current = {"index": int(idx), "name": name.strip(), "pci_bus_id": norm_bus_id(bus),
                        "memory_total_mib": None, "memory_used_mib": None, "mig_mode": None, "mig_devices": [],
-                       "null_reasons": {}, "truncated_name": name.strip().endswith("..."), "bad": [], "row": 1}
+                       "null_reasons": {}, "truncated_name": name.strip().endswith("..."), "bad": [], "row": 1,
+                       "compute_mode": None}
             if _BAD_VALUE.search(line):
                 current["bad"].append(line)
             out["gpus"].append(current)
@@ -547,6 +588,12 @@ def parse_smi_table(text) -> dict:
                             current["null_reasons"][field] = cell
                 elif memcell:  # "Not Supported" (unified memory), "N/A", "Unknown Error"
                     current["null_reasons"]["memory_used_mib"] = current["null_reasons"]["memory_total_mib"] = memcell
+                else:  # the output ends inside this row (a partial paste, a killed command)
+                    current["null_reasons"]["memory_used_mib"] = current["null_reasons"]["memory_total_mib"] = \
+                        _CUT_ROW
+                cm = re.search(r"(Default|E\. Process|E\. Thread|Prohibited)\s*$", cells[-1]) if len(cells) >= 3 \
+                    else None
+                current["compute_mode"] = _COMPUTE_MODES.get(cm.group(1)) if cm else None
             else:  # the third row: ... | MIG M.
                 cells = line.strip().strip("|").split("|")
                 current["mig_mode"] = _mig_mode(cells[-1]) if len(cells) >= 3 else None
@@ -556,7 +603,8 @@ def parse_smi_table(text) -> dict:
         if current is not None and line.startswith("|") and _BAD_VALUE.search(line):
             current["bad"].append(line)
     for g in out["gpus"]:
-        g.pop("row", None)
+        if g.pop("row", None) == 1:  # the output ends after the GPU's first row
+            g["null_reasons"]["memory_used_mib"] = g["null_reasons"]["memory_total_mib"] = _CUT_ROW
         g["mig_devices"] = mig_rows.get(g["index"], [])
         if g["mig_devices"] and g["mig_mode"] is None:
             g["mig_mode"] = "enabled"
@@ -636,8 +684,9 @@ def torch_problems(torch: dict, gpus: list, driver_cuda) -> list[str]:
     built for a newer CUDA than the driver's."""
     out = []
     version, cuda = torch.get("version"), torch.get("cuda")
-    if version is None:
-        return out
+    if version is None and not (cuda or torch.get("arch_list")):
+        return out  # the probe failed: its error is the problem
+    version = version or "(version unknown)"
     if torch.get("hip") or "+rocm" in version:
         return [f"torch {version} is a ROCm (AMD) build: it cannot use NVIDIA GPUs"]
     if cuda is None:
@@ -742,7 +791,7 @@ def _fingerprint_from_raw(raw: dict) -> dict:
             gpus[key] = {"index": index, "name": None, "uuid": None, "pci_bus_id": bus, "sm": None,
                          "sm_source": None, "arch": None, "arch_hint": None, "memory_total_mib": None,
                          "memory_used_mib": None, "processes": None, "problems": [], "warnings": [],
-                         "null_reasons": {}, "mig_mode": None, "mig_devices": []}
+                         "null_reasons": {}, "mig_mode": None, "mig_devices": [], "compute_mode": None}
             order.append(key)
         return gpus[key]
 
@@ -756,6 +805,8 @@ def _fingerprint_from_raw(raw: dict) -> dict:
             g["mig_devices"] = src["mig_devices"]
         if g["pci_bus_id"] is None and src.get("pci_bus_id"):
             g["pci_bus_id"] = src["pci_bus_id"]
+        if g["compute_mode"] is None and src.get("compute_mode"):
+            g["compute_mode"] = src["compute_mode"]
 
     for q in query or []:
         g = slot(q["pci_bus_id"], q["index"], q["uuid"])
@@ -855,6 +906,13 @@ def _fingerprint_from_raw(raw: dict) -> dict:
         if g["memory_used_mib"] is None and used_why and not hard and \
                 not re.search(r"not supported|n/a", used_why, re.IGNORECASE):
             soft.append(f"memory use unknown ({used_why}): whether the GPU is busy is judged by its processes only")
+        slice_note = _memory_slice_note(g["name"], g["memory_total_mib"])
+        if slice_note and not hard:
+            soft.append(slice_note)
+        if g["compute_mode"] in ("Exclusive_Process", "Exclusive_Thread", "Prohibited"):
+            soft.append(f"compute mode {g['compute_mode']}: " + (
+                "no process may create a CUDA context on it" if g["compute_mode"] == "Prohibited" else
+                "one process at a time may hold a CUDA context on it"))
         if g["mig_mode"] == "enabled":
             sizes = [d["memory_total_mib"] for d in g["mig_devices"] if d.get("memory_total_mib")]
             soft.append(f"MIG mode enabled ({len(g['mig_devices'])} MIG device(s)"
@@ -867,6 +925,7 @@ def _fingerprint_from_raw(raw: dict) -> dict:
             "processes": sorted(g["processes"] or [], key=lambda p: (p["pid"] is None, p["pid"] or 0)),
             "healthy": not hard, "problem": "; ".join(hard + soft) or None,
             "sm_source": g["sm_source"], "mig_mode": g["mig_mode"], "mig_devices": g["mig_devices"],
+            "compute_mode": g["compute_mode"],
             "null_reasons": reasons, "_warnings": soft,
         })
     out_gpus.sort(key=lambda g: (g["index"] is None, g["index"] if g["index"] is not None else 0,
@@ -1214,6 +1273,18 @@ def check_requested_gpus(fingerprint: dict, requests: list[dict]) -> list[str]:
                     f"one MIG slice, not the GPU; disable MIG (nvidia-smi -i {idx} -mig 0, then reset the GPU) "
                     f"or pick a GPU without MIG")
                 continue
+            mode = g.get("compute_mode")
+            if mode == "Prohibited":
+                errors.append(f"instance {name}: {label} is in compute mode Prohibited: no process may create a "
+                              f"CUDA context on it (nvidia-smi -i {idx} -c DEFAULT)")
+                continue
+            if mode in ("Exclusive_Process", "Exclusive_Thread"):
+                holder = gpu_busy_reason(g, own_unit, EXCLUSIVE_CONTEXT_MIB)
+                if holder:  # sharing is impossible: allow_busy does not lift this
+                    errors.append(f"instance {name}: {label} is in compute mode {mode} and already {holder}: "
+                                  f"the server cannot create its CUDA context there (stop that process, or "
+                                  f"nvidia-smi -i {idx} -c DEFAULT)")
+                    continue
             if not req.get("allow_busy"):
                 reason = gpu_busy_reason(g, own_unit, threshold)
                 if reason:
