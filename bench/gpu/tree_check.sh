@@ -1,6 +1,7 @@
 #!/bin/bash
 # The patched sglang tree on the GPU machine (one H200): built by our own code under Python 3.12,
-# then checked with sglang 0.5.11's real code (no server is started, ~2-4 minutes).
+# then checked with sglang 0.5.11's real code (no server is started; each case imports sglang in a fresh
+# child, ~20 s each on the H200: ~7 minutes in all, so give the call timeout_s=600).
 #
 #   1. builds, from the pinned wheel (.cache/wheels, carried) with module_utils/dflash_patch.py, the
 #      registration prefix of the series (0001-0002) and the whole series; each twice (the second run
@@ -17,7 +18,8 @@
 # (the unit tests download it: tests/sglang_wheel.py), both carried; /opt/torch/.venv (torch cu130).
 #
 # Lead's command:
-#   run(command="bash bench/gpu/tree_check.sh", carry=[".gpu", ".cache/wheels"], timeout_s=480)
+#   run(command="bash bench/gpu/tree_check.sh", carry=[".gpu/site.tar.xz",
+#       ".cache/wheels/sglang-0.5.11-cp312-cp312-manylinux_2_34_x86_64.whl"], timeout_s=600)
 # Then commit $OUT/tree_check/{results.md,results.json,run.log} as bench/gpu/results/tree_check-<date>/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
