@@ -61,6 +61,7 @@ MIN_DRIVER = {
     "12.0": "525.60.13", "11.8": "520.61.05", "11.7": "515.43.04", "11.6": "510.39.01",
     "11.5": "495.29.05", "11.4": "470.42.01", "11.3": "465.19.01", "11.2": "460.27.03",
     "11.1": "455.23", "11.0": "450.36.06", "10.2": "440.33", "10.1": "418.39", "10.0": "410.48",
+    "9.2": "396.26", "9.1": "390.46", "9.0": "384.81", "8.0": "375.26",
 }
 # Minor version compatibility (NVIDIA CUDA Compatibility guide): a binary built with any 12.x
 # runs on a driver >= the 12.0 GA floor, 13.x on >= 580, 11.x on >= 450.80.02 (with limits:
@@ -121,6 +122,8 @@ BRANCH_CUDA = [
     (555, "12.5"), (550, "12.4"), (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"),
     (520, "11.8"), (515, "11.7"), (510, "11.6"), (495, "11.5"), (470, "11.4"), (465, "11.3"),
     (460, "11.2"), (455, "11.1"), (450, "11.0"), (440, "10.2"), (418, "10.1"), (410, "10.0"),
+    # drivers before 410 print no "CUDA Version" in the table header at all: the branch is all there is
+    (396, "9.2"), (390, "9.1"), (384, "9.0"), (375, "8.0"), (367, "8.0"),
 ]
 
 BUSY_THRESHOLD_MIB = 1024
@@ -1401,11 +1404,17 @@ def check_driver_compat(fingerprint: dict, layers: list, host: str = "host",
             floor = MINOR_COMPAT_DRIVER.get(major)
             if floor and version_ge(driver, floor):
                 ok = True
-        if not ok:
+        if not ok and driver_cuda:
             errors.append(
-                f"{host}: {_gpu_label(fp, gpus)}: driver {driver} supports CUDA up to {driver_cuda or '?'}, "
+                f"{host}: {_gpu_label(fp, gpus)}: driver {driver} supports CUDA up to {driver_cuda}, "
                 f"but layer {lname!r} installs CUDA {cuda} wheels (need driver >= {need_driver}); "
-                f"upgrade the driver or use CUDA <= {driver_cuda or '?'} wheels")
+                f"upgrade the driver or use CUDA <= {driver_cuda} wheels")
+        elif not ok:
+            why = (fp.get("null_reasons") or {}).get("driver_cuda_version") or "nvidia-smi printed none"
+            errors.append(
+                f"{host}: {_gpu_label(fp, gpus)}: driver {driver} (the CUDA version it supports is unknown: "
+                f"{why}), but layer {lname!r} installs CUDA {cuda} wheels (need driver >= {need_driver}); "
+                f"upgrade the driver")
         for g in gpus:
             sm = g.get("sm")
             if not sm:

@@ -75,6 +75,18 @@ CASES = {
                                 ["SM 7.0, dropped after CUDA 12.x", "busy: 1332"],
                                 ["torch 2.11.0+cu128 (CUDA 12.8) has no kernels for SM 7.0",
                                  "newer than the driver's CUDA 12.2"], []),
+    # second batch (same round): drivers before 410 print no CUDA column; an ambiguous truncated name
+    "m40x2-390-container": ("390.59", "9.1", [(0, "Tesla M40 24GB", "5.2", 814, 22945, "00000000:02:00.0"),
+                                              (1, "Tesla M40 24GB", "5.2", 558, 22945, "00000000:82:00.0")],
+                            ["supports CUDA up to 9.1", "SM 5.2, dropped after CUDA 12.x"], [], []),
+    "titan-384-trunc-container": ("384.111", "9.0",
+                                  [(0, "GeForce GTX TIT...", None, 11637, 12207, "00000000:83:00.0")],
+                                  ["supports CUDA up to 9.0", "busy: 11637"],
+                                  ["unknown SM for GPU name 'GeForce GTX TIT...'"], []),
+    "quadro-rtx4000-535-cut": ("535.129.03", "12.2",
+                               [(0, "Quadro RTX 4000", "7.5", 1, 8192, "00000000:06:00.0"),
+                                (1, "Quadro RTX 4000", "7.5", None, None, "00000000:07:00.0")],
+                               ["supports CUDA up to 12.2"], ["GPU 1: memory use unknown (not in the output"], []),
 }
 
 
@@ -149,3 +161,12 @@ def test_slice_note_leaves_full_cards_and_grace_alone():
     assert fpm._memory_slice_note("NVIDIA GH200 480GB", 97871) is None  # Grace: the name counts CPU memory
     assert fpm._memory_slice_note("NVIDIA L4", 100) is None  # no size in the name
     assert "far below the 80 GB" in fpm._memory_slice_note("NVIDIA A100 80GB PCIe", 20096)
+
+
+def test_driver_older_than_every_known_cuda_is_refused_without_question_marks():
+    fp = fp_of("m40x2-390-container")
+    fp["driver_version"], fp["driver_cuda_version"], fp["driver_cuda_source"] = "352.99", None, None
+    fp["null_reasons"] = {"driver_cuda_version": "driver 352.99 is older than every CUDA release this tool knows"}
+    (err, _sm) = fpm.check_driver_compat(fp, LAYER_130, host="h")
+    assert "?" not in err and "the CUDA version it supports is unknown: driver 352.99 is older" in err
+    assert "need driver >= 580.65.06" in err

@@ -302,7 +302,7 @@ def test_small_parsers():
     assert fpm.parse_nvcc("") is None
     assert fpm.parse_glibc("glibc 2.39\n") == "2.39"
     assert fpm.norm_bus_id("0000:3b:00.0") == "00000000:3B:00.0"
-    assert fpm.cuda_of_driver("535.104.05") == "12.2" and fpm.cuda_of_driver("390.1") is None
+    assert fpm.cuda_of_driver("535.104.05") == "12.2" and fpm.cuda_of_driver("390.1") == "9.1" and fpm.cuda_of_driver("352.1") is None
     assert fpm.parse_torch('{"version": "2.11.0+cu130", "cuda": "13.0", "available": true}')["cuda"] == "13.0"
     assert fpm.parse_torch("Traceback ...")["error"]
 
