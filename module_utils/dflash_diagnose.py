@@ -169,12 +169,19 @@ RULES: list[Rule] = [
     Rule("driver_missing", "driver_too_old", 70,
          _rx(r"Found no NVIDIA driver on your system|NVIDIA-SMI has failed because it couldn't communicate"
              r" with the NVIDIA driver|libcuda\.so(?:\.1)?: cannot open shared object file"
-             r"|No CUDA GPUs are available"),
+             r"|No CUDA GPUs are available|Failed to infer device type"),
          "no usable NVIDIA driver / GPU was visible to the server (driver not installed / not loaded / not "
          "mounted into the container, or CUDA_VISIBLE_DEVICES hides the GPUs)",
          "install or load the NVIDIA driver (nvidia-smi must work on the host, and inside containers "
          "use the NVIDIA container runtime with the GPUs passed in, e.g. `--gpus all` / a compose GPU "
          "reservation), check that CUDA_VISIBLE_DEVICES of the unit names existing GPUs, then restart"),
+
+    Rule("vllm_no_platform", "driver_too_old", 69,
+         _rx(r"No platform detected, vLLM is running on UnspecifiedPlatform"),
+         "vLLM found no GPU platform (no NVIDIA driver / GPU visible to the process)",
+         "pass the GPUs to the server (containers: the NVIDIA container runtime and `--gpus all` / a compose "
+         "GPU reservation; check `nvidia-smi` inside it), check CUDA_VISIBLE_DEVICES of the unit, then restart",
+         weak=True),
 
     # ---------------------------------------------------------------- flashinfer_arch
     Rule("flashinfer_cuda_129", "flashinfer_arch", 92,
@@ -432,6 +439,13 @@ RULES: list[Rule] = [
          "give the service a larger /dev/shm: NCCL puts a segment of several MB per GPU pair there (containers: "
          "`--shm-size=16g` or `--ipc=host`; Kubernetes: a memory-backed emptyDir on /dev/shm; bare hosts: "
          "`df -h /dev/shm` and free it); NCCL_SHM_DISABLE=1 works around it at some speed cost"),
+    Rule("gpu_peer_access", "nccl_init", 53,
+         _rx(r"peer access is not supported between these two devices|cudaErrorPeerAccessUnsupported"),
+         "GPU peer-to-peer access between the tensor-parallel GPUs is not available on this host (custom "
+         "all-reduce / NCCL P2P need it)",
+         "start with `--disable-custom-all-reduce` and set NCCL_P2P_DISABLE=1 in the instance env (P2P is "
+         "blocked by the PCIe topology, IOMMU/ACS, a VM or the GPU model; `nvidia-smi topo -p2p r` shows which "
+         "pairs support it); if it persists rerun with NCCL_DEBUG=INFO"),
     Rule("nccl_error", "nccl_init", 50,
          _rx(r"NCCL error[^\n]*?(?P<nccl_kind>unhandled system error|internal error|unhandled cuda error|"
              r"invalid usage|remote process exited|invalid argument|unhandled system|Call to \w+ failed)"
@@ -526,6 +540,7 @@ _RULE_KEYWORDS = (
     "display driver", "mismatch", "device function", "path_or_model_id", "unrecognized model", "has no attribute",
     "config format", "valid json", "budget", "minimum required version", "packagenotfound", "no cuda gpus",
     "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
+    "infer device type", "no platform detected", "peer access",
 )
 
 
@@ -1107,6 +1122,9 @@ _UNKNOWN_HINTS = (
      ("the process was killed with SIGKILL (exit 137); on a host that is usually the kernel OOM killer after "
       "host RAM ran out while loading weights: check `journalctl -k | grep -i 'out of memory'`, then add RAM or "
       "swap, or run fewer servers per host")),
+    (re.compile(r"does not recognize this architecture|Unrecognized configuration class"),
+     ("the installed transformers (or this server release) does not know the model's architecture: install "
+      "a transformers / server release that supports it (the model card names the minimum)")),
     (re.compile(r"No HIP GPUs|\bhipError|HIP error"),
      "this torch is a ROCm (HIP) build: on an NVIDIA host install a CUDA build of torch (+cuXXX)"),
     (re.compile(r"not supported for the current GPU|Min(?:imum)? capability|fp8e4nv not supported"

@@ -495,3 +495,23 @@ def test_log_cut_short_names_an_os_error_before_the_traceback():
 def test_killed_after_a_named_error_is_not_the_first_error():
     r = diagnose_text("RuntimeError: something specific broke\nKilled\n")
     assert "something specific broke" in r["summary"] and "OOM" not in r["remedy"]
+
+
+@pytest.mark.parametrize("line, cause, needle", [
+    # shapes generalised after the held-out round 4b
+    ("RuntimeError: CUDA error: cudaErrorPeerAccessUnsupported", "nccl_init", "--disable-custom-all-reduce"),
+    ("host:1:1 [0] NCCL WARN Cuda failure 'peer access is not supported between these two devices'", "nccl_init",
+     "NCCL_P2P_DISABLE=1"),
+    ("RuntimeError: Failed to infer device type", "driver_too_old", "--gpus all"),
+])
+def test_single_line_rules_round4b(line, cause, needle):
+    r = diagnose_text(line + "\n")
+    assert r["cause"] == cause, r["summary"]
+    assert needle in r["summary"] + " " + r["remedy"]
+
+
+def test_vllm_without_a_platform_is_only_a_hint_when_the_server_comes_up():
+    hint = "INFO 08-02 02:39:50 [__init__.py:248] No platform detected, vLLM is running on UnspecifiedPlatform\n"
+    assert diagnose_text(hint + "Traceback (most recent call last):\n")["cause"] == "driver_too_old"
+    healthy = diagnose_text(hint + "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n")
+    assert healthy["cause"] == "unknown" and "no failure found" in healthy["summary"]
