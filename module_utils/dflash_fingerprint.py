@@ -239,6 +239,13 @@ def arch_of(sm, hint=None) -> str | None:
     return None
 
 
+def _is_l4t(version) -> bool:
+    """Jetson's /proc/driver/nvidia/version prints the L4T release (35.3.1, 36.4.0), not a driver version: no
+    NVIDIA driver of the CUDA era has a major below 100."""
+    t = vtuple(version)
+    return bool(t) and t[0] < 100
+
+
 def cuda_of_driver(driver_version) -> str | None:
     t = vtuple(driver_version)
     if not t:
@@ -397,6 +404,7 @@ def _query_row(index: int, row: dict) -> dict:
                        ("driver", "driver_version"), ("total", "memory_total_mib"), ("used", "memory_used_mib")):
         if key not in row:
             out[field] = None
+            out["null_reasons"][field] = "not among the fields of this --query-gpu output"
             continue
         value, why, severity = placeholder(row[key])
         if value is not None and field in _VALID and not re.match(_VALID[field], value):
@@ -971,7 +979,9 @@ def _fingerprint_from_raw(raw: dict) -> dict:
             "no /proc/driver/nvidia/version)")
     if driver_cuda is None:
         null_reasons["driver_cuda_version"] = null_reasons.get("driver_version") or \
-            f"driver {driver} is older than every CUDA release this tool knows"
+            (f"{driver} is a Jetson L4T release (Jetson's kernel module reports it instead of a driver "
+             f"version): its CUDA comes with the JetPack, not with a driver branch" if _is_l4t(driver) else
+             f"driver {driver} is older than every CUDA release this tool knows")
     problems.extend(problems_early)
     for g in out_gpus:
         label = g["index"] if g["index"] is not None else g["pci_bus_id"] or "?"
@@ -1411,10 +1421,12 @@ def check_driver_compat(fingerprint: dict, layers: list, host: str = "host",
                 f"upgrade the driver or use CUDA <= {driver_cuda} wheels")
         elif not ok:
             why = (fp.get("null_reasons") or {}).get("driver_cuda_version") or "nvidia-smi printed none"
+            fix = (f"use wheels for the JetPack's CUDA (see nvidia-smi or the JetPack release), or a JetPack "
+                   f"with CUDA >= {cuda}") if _is_l4t(driver) else "upgrade the driver"
             errors.append(
                 f"{host}: {_gpu_label(fp, gpus)}: driver {driver} (the CUDA version it supports is unknown: "
-                f"{why}), but layer {lname!r} installs CUDA {cuda} wheels (need driver >= {need_driver}); "
-                f"upgrade the driver")
+                f"{why}), but layer {lname!r} installs CUDA {cuda} wheels"
+                + ("" if _is_l4t(driver) else f" (need driver >= {need_driver})") + f"; {fix}")
         for g in gpus:
             sm = g.get("sm")
             if not sm:

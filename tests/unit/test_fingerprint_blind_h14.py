@@ -87,6 +87,12 @@ CASES = {
                                [(0, "Quadro RTX 4000", "7.5", 1, 8192, "00000000:06:00.0"),
                                 (1, "Quadro RTX 4000", "7.5", None, None, "00000000:07:00.0")],
                                ["supports CUDA up to 12.2"], ["GPU 1: memory use unknown (not in the output"], []),
+    # third batch: other outputs than the table
+    "mixed-titanv-5880ada-query": ("570.86.15", "12.8", [(0, "NVIDIA TITAN V", "7.0", None, None, None),
+                                                         (1, "NVIDIA RTX 5880 Ada Generation", "8.9", None, None,
+                                                          None)],
+                                   ["supports CUDA up to 12.8", "GPU 0 NVIDIA TITAN V is SM 7.0, dropped"],
+                                   ["GPU 0: memory use unknown (not among the fields"], []),
 }
 
 
@@ -170,3 +176,20 @@ def test_driver_older_than_every_known_cuda_is_refused_without_question_marks():
     (err, _sm) = fpm.check_driver_compat(fp, LAYER_130, host="h")
     assert "?" not in err and "the CUDA version it supports is unknown: driver 352.99 is older" in err
     assert "need driver >= 580.65.06" in err
+
+
+def test_query_csv_in_another_field_order_reads_compute_mode():
+    fp = fp_of("mixed-titanv-5880ada-query")
+    assert [g["compute_mode"] for g in fp["gpus"]] == ["Default", "Default"]
+    assert fp["driver_cuda_source"] == "driver branch"
+
+
+def test_proc_version_only():
+    """A host where only /proc/driver/nvidia/version could be read."""
+    fp = fp_of("rtx3080-555-proc-locale")  # open module, non-ASCII build date
+    assert (fp["driver_version"], fp["driver_cuda_version"], fp["gpus"]) == ("555.58", "12.5", [])
+    jetson = fp_of("jetson-orinnx-l4t35-proc")  # an L4T release where a driver version would be
+    assert jetson["driver_version"] == "35.3.1" and jetson["driver_cuda_version"] is None
+    assert "Jetson L4T release" in jetson["null_reasons"]["driver_cuda_version"]
+    errs = fpm.check_driver_compat(jetson, LAYER_130, host="orin")
+    assert any("JetPack" in e and "need driver >=" not in e and "upgrade the driver" not in e for e in errs)
