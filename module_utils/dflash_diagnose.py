@@ -169,12 +169,13 @@ RULES: list[Rule] = [
     Rule("driver_missing", "driver_too_old", 70,
          _rx(r"Found no NVIDIA driver on your system|NVIDIA-SMI has failed because it couldn't communicate"
              r" with the NVIDIA driver|libcuda\.so(?:\.1)?: cannot open shared object file"
-             r"|No CUDA GPUs are available|Failed to infer device type"),
+             r"|No CUDA GPUs are available|Failed to infer device type"
+             r"|could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\]"),
          "no usable NVIDIA driver / GPU was visible to the server (driver not installed / not loaded / not "
          "mounted into the container, or CUDA_VISIBLE_DEVICES hides the GPUs)",
          "install or load the NVIDIA driver (nvidia-smi must work on the host, and inside containers "
-         "use the NVIDIA container runtime with the GPUs passed in, e.g. `--gpus all` / a compose GPU "
-         "reservation), check that CUDA_VISIBLE_DEVICES of the unit names existing GPUs, then restart"),
+         "use the NVIDIA container runtime (nvidia-container-toolkit, then `nvidia-ctk runtime configure`) with "
+         "the GPUs passed in, e.g. `--gpus all` / a compose GPU reservation), check that CUDA_VISIBLE_DEVICES of the unit names existing GPUs, then restart"),
 
     Rule("vllm_no_platform", "driver_too_old", 69,
          _rx(r"No platform detected, vLLM is running on UnspecifiedPlatform"),
@@ -391,7 +392,7 @@ RULES: list[Rule] = [
          "fix `--model-path` ({model}): point it at the directory that holds config.json, the "
          "tokenizer and the weights (download it first / check mounts and permissions)"),
     Rule("hf_gated", "model_missing", 61,
-         _rx(r"Cannot access gated repo for url https://huggingface\.co/(?P<model7>[\w.-]+/[\w.-]+)/"
+         _rx(r"Cannot access gated repo for url https://huggingface\.co/(?:api/models/)?(?P<model7>[\w.-]+/[\w.-]+)/"
              r"|Access to model (?P<model8>[\w.-]+/[\w.-]+) is restricted|You are trying to access a gated repo"
              r"|40[13] Client Error[^\n]*?https://huggingface\.co/(?!api/)(?P<model9>[\w.-]+/[\w.-]+)/resolve/"),
          "the model {model} is a gated or private Hub repository and the Hub refused the download (HTTP 401/403: "
@@ -453,6 +454,15 @@ RULES: list[Rule] = [
              r"|ncclRemoteError|ncclInvalidArgument)"),
          "NCCL failed to initialise the communicator ({nccl_kind_s}{nccl_version_s})",
          "{nccl_remedy}"),
+    # a segfault / abort while a frame of sglang's or vLLM's ctypes NCCL wrapper is on the stack
+    Rule("nccl_call_crash", "nccl_init", 44,
+         _rx(r"pynccl(?:_wrapper)?\.py\"[^\n]*?(?:\bin (?P<nccl_call>nccl\w+)\s*$|$)"),
+         "the server crashed inside an NCCL library call{nccl_call_s} while setting up the communicator "
+         "between the GPUs{nccl_version_s}",
+         "rerun with NCCL_DEBUG=INFO (instance env) to see the last NCCL step; on consumer or virtual GPUs "
+         "(GeForce / RTX, vGPU profiles) peer-to-peer is often unavailable: set NCCL_P2P_DISABLE=1 and start with "
+         "`--disable-custom-all-reduce`; make sure the NCCL library (nvidia-nccl-cu* wheel) is the one torch "
+         "was built with and supports this GPU; check /dev/shm has room (`df -h /dev/shm`)"),
     Rule("nccl_generic", "nccl_init", 45,
          _rx(r"DistBackendError|ProcessGroupNCCL[^\n]*(?:error|failed)|Failed to initialize NCCL"
              r"|NCCL communicator was aborted|Watchdog caught collective operation timeout"
@@ -562,7 +572,7 @@ GENERIC_FATAL_RE = re.compile(
     r"|CUDA error:|Main process exited, code=|Failed with result|ERROR|FATAL|CRITICAL"
     # a bare OS error, a process killed by SIGKILL (shell / docker / kernel OOM killer / systemd), a Rust
     # panic (sglang's router), a quantization the GPU cannot run (vLLM's check, printed without a class)
-    r"|^\[Errno \d+\] |^Killed\s*$|\d Killed\s|Out of memory: Kill(?:ed)? process|killed by the OOM killer"
+    r"|^\[Errno \d+\] |^Killed\s*$|\]Killed\s*$|\d Killed\s|Out of memory: Kill(?:ed)? process|killed by the OOM killer"
     r"|exited with code 137|exit code 137|status=9/KILL|\bpanicked at |on an `Err` value"
     r"|is not supported for the current GPU",
 )
@@ -1065,6 +1075,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     nv = facts.get("nccl_version")
     f["nccl_version_s"] = f", NCCL {nv}" if nv else ""
     f["nccl_kind_s"] = g.get("nccl_kind") or g.get("nccl_code") or "NCCL error"
+    f["nccl_call_s"] = f" ({g['nccl_call']})" if g.get("nccl_call") else ""
     if match.rule.cause == "nccl_init":
         f["nccl_remedy"] = _nccl_remedy(seg_text)
     if match.rule.cause == "cuda_oom":
@@ -1118,13 +1129,21 @@ _UNKNOWN_HINTS = (
       "cache directories at a directory it owns (ProtectHome= and a HOME of / cause this too)")),
     (re.compile(r"Too many open files|Errno 24\b|code: 24\b"),
      "the open-files limit is too low: raise it (LimitNOFILE=65536 in the unit, `ulimit -n 65536` in a shell)"),
-    (re.compile(r"Killed|OOM killer|code 137|9/KILL|oom-kill", re.IGNORECASE),
+    (re.compile(r"Killed|OOM killer|code 137|9/KILL|oom-kill|SIGKILL", re.IGNORECASE),
      ("the process was killed with SIGKILL (exit 137); on a host that is usually the kernel OOM killer after "
       "host RAM ran out while loading weights: check `journalctl -k | grep -i 'out of memory'`, then add RAM or "
       "swap, or run fewer servers per host")),
     (re.compile(r"does not recognize this architecture|Unrecognized configuration class"),
      ("the installed transformers (or this server release) does not know the model's architecture: install "
       "a transformers / server release that supports it (the model card names the minimum)")),
+    (re.compile(r"speculative_|--speculative|speculative decoding|draft[_ -]model|\bEAGLE\d?\b"),
+     ("the speculative-decoding settings do not fit this server release / model pair: check "
+      "--speculative-algorithm and --speculative-draft-model-path (a draft trained for this target), and set "
+      "--speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens explicitly")),
+    (re.compile(r"[Cc]hat template|chat_template|TemplateSyntaxError|TemplateError"),
+     ("the chat template cannot be used: give --chat-template a built-in template name or a template file this "
+      "server release accepts, or leave it out to use the tokenizer's own template (tokenizer_config.json / "
+      "chat_template.jinja)")),
     (re.compile(r"No HIP GPUs|\bhipError|HIP error"),
      "this torch is a ROCm (HIP) build: on an NVIDIA host install a CUDA build of torch (+cuXXX)"),
     (re.compile(r"not supported for the current GPU|Min(?:imum)? capability|fp8e4nv not supported"
@@ -1132,6 +1151,42 @@ _UNKNOWN_HINTS = (
      ("the model's quantization has no kernel path on this GPU: serve a checkpoint in a format this GPU "
       "supports (e.g. bf16 / fp16 instead of fp8 / awq), or use a GPU the message names as supported")),
 )
+
+
+# A process killed with SIGKILL (shell, kernel OOM killer, gunicorn, docker). systemd's "status=9/KILL" is left
+# out: systemd also sends SIGKILL to a unit that did not stop in time, after its real failure.
+KILL_RE = re.compile(
+    r"^Killed\s*$|\]Killed\s*$|\d Killed\s|Out of memory: Kill(?:ed)? process|killed by the OOM killer"
+    r"|was sent SIGKILL|exited with code 137|exit code 137"
+)
+_KILL_WORDS = ("Killed", "SIGKILL", "OOM killer", "code 137")
+
+
+_ERROR_WORD_RE = re.compile(r"error|exception|fatal|fail|traceback|abort|assert", re.IGNORECASE)
+# the process logging progress: an INFO line, a progress bar, "Loading ..."
+_PROGRESS_RE = re.compile(r"\bINFO\b|\d+%\s*\||\bLoading\b")
+
+
+def _kill_after(lines: list[_Line], index: int, end: int, rule_lines: set[int]) -> _Line | None:
+    """A SIGKILL line after the matched line ``index`` that, not the match, ended the run: the matched
+    line is a bare diagnostic (no error / exception word, as a library prints and survives), nothing
+    failed between the two, and the process visibly went on working in between (it logged progress).
+    A kill after a real error (a launcher killing its children) never qualifies."""
+    if any(_ERROR_WORD_RE.search(ln.text) for ln in lines[max(0, index - 3): index + 1]):
+        return None
+    kill = next((ln for ln in lines[index + 1: end]
+                 if any(w in ln.raw for w in _KILL_WORDS) and KILL_RE.search(ln.text)), None)
+    if kill is None:
+        return None
+    went_on = False
+    for ln in lines[index + 1: kill.index]:
+        t = ln.text
+        if not t or NOISE_RE.search(t):
+            continue
+        if GENERIC_FATAL_RE.search(t) or _ERROR_WORD_RE.search(t) or (ln.index in rule_lines and _match_line(ln)):
+            return None
+        went_on = went_on or _PROGRESS_RE.search(t) is not None
+    return kill if went_on else None
 
 
 def _unknown_hint(text: str) -> str:
@@ -1169,6 +1224,10 @@ def _generic_text(lines: list[_Line], ln: _Line) -> str:
     """The first error as a sentence: a bare exception name gets the message line after it, or the
     assert statement before it."""
     text = ln.text
+    if re.search(r"\]Killed\s*$", text):  # the shell's message glued to an unterminated progress bar
+        bar = re.sub(r"[\u2580-\u259f#=]+", "", text[:-len("Killed")].rstrip())
+        bar = " ".join(bar.split())[:80]
+        return f"Killed (the shell's message, after: {bar})"
     if re.search(r"\bpanicked at \S+:\s*$", text):
         nxt = next((x for x in lines[ln.index + 1: ln.index + 3] if x.text), None)
         return f"{text} {nxt.text}" if nxt is not None else text
@@ -1231,6 +1290,11 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     if read_info:
         result.update(read_info)
 
+    superseded = None
+    if chosen is not None and not chosen.rule.weak:
+        kill = _kill_after(lines, chosen.line.index, seg[1], scan.rule_lines)
+        if kill is not None:
+            superseded, chosen = (chosen, kill), None
     if chosen is None and weak_only:
         hint = min(weak_only, key=lambda m: (-m.rule.priority, m.line.index))
         healthy_after = any(i >= hint.line.index for i in scan.healthy_lines)
@@ -1239,7 +1303,7 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
             chosen = hint  # a warning that explains a crash nobody named
     if chosen is None:
         healthy = [lines[i] for i in scan.healthy_lines]
-        generic = _first_generic_failure(lines)
+        generic = superseded[1] if superseded else _first_generic_failure(lines)
         notes = "; ".join(sorted({m.rule.summary.split("{")[0].strip() for m in weak_only}))
         if generic is not None:
             first = _generic_text(lines, generic)
@@ -1250,6 +1314,11 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
                 "read the evidence line and the lines before it; rerun the server in the foreground to see "
                 "the full traceback")
             result["evidence"] = [_clip(generic.raw)]
+            if superseded:
+                early = superseded[0]
+                result["summary"] += (f"; the earlier {early.rule.cause} line {early.line.index + 1} did not stop "
+                                      "the process (it went on until it was killed)")
+                result["evidence"].insert(0, _clip(early.line.raw))
         elif (tb := _first_traceback(lines)) is not None and not healthy:
             result["summary"] = (f"a traceback starts at line {tb.index + 1} of {source} but the log ends "
                                  "before its error line (log cut short?)")

@@ -515,3 +515,54 @@ def test_vllm_without_a_platform_is_only_a_hint_when_the_server_comes_up():
     assert diagnose_text(hint + "Traceback (most recent call last):\n")["cause"] == "driver_too_old"
     healthy = diagnose_text(hint + "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n")
     assert healthy["cause"] == "unknown" and "no failure found" in healthy["summary"]
+
+
+@pytest.mark.parametrize("line, cause, needle", [
+    # shapes generalised after the held-out round 5
+    ('docker: Error response from daemon: could not select device driver "nvidia" with capabilities: [[gpu]].',
+     "driver_too_old", "nvidia-container-toolkit"),
+    ("Cannot access gated repo for url https://huggingface.co/api/models/acme/secret-7b/revision/main.",
+     "model_missing", "the model acme/secret-7b is"),
+    (('  File "/srv/venv/lib/python3.12/site-packages/vllm/distributed/device_communicators/pynccl_wrapper.py", '
+      "line 300 in ncclCommInitRank"), "nccl_init", "(ncclCommInitRank)"),
+])
+def test_single_line_rules_round5(line, cause, needle):
+    r = diagnose_text(line + "\n")
+    assert r["cause"] == cause, r["summary"]
+    assert needle in r["summary"] + " " + r["remedy"]
+
+
+def test_segfault_inside_the_nccl_wrapper_is_nccl_init():
+    log = ("[2026-01-02 10:00:00 TP1] Init torch distributed begin.\n"
+           "Fatal Python error: Aborted\n\n"
+           "Current thread 0x00007f00 (most recent call first):\n"
+           '  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/distributed/device_communicators/'
+           'pynccl_wrapper.py", line 400 in ncclCommInitRank\n'
+           '  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/distributed/device_communicators/'
+           'pynccl.py", line 99 in __init__\n')
+    r = diagnose_text(log)
+    assert r["cause"] == "nccl_init" and "NCCL_P2P_DISABLE=1" in r["remedy"]
+
+
+def test_killed_glued_to_a_progress_bar_is_the_first_error():
+    r = diagnose_text("Fetching 4 files:  25%|\u2588\u2588\u258c      | 1/4 [00:10<00:30,  1.2s/it]Killed\n")
+    assert r["cause"] == "unknown" and "first error: Killed" in r["summary"] and "OOM killer" in r["remedy"]
+
+
+def test_a_survived_library_diagnostic_then_a_kill_is_the_kill():
+    # a library prints a bare "undefined symbol" line and goes on; the host then kills the process
+    diag = "/opt/venv/lib/python3.12/site-packages/somelib/libsome_cpu.so: undefined symbol: some_fn\n"
+    r = diagnose_text(diag + "INFO: loading the model\nLoading checkpoint shards:   0%|   | 0/4\nKilled\n")
+    assert r["cause"] == "unknown" and "first error: Killed" in r["summary"] and "did not stop" in r["summary"]
+    # the same line as an exception, or with no sign of progress before the kill, stays the cause
+    r = diagnose_text("ImportError: " + diag + "Killed\n")
+    assert r["cause"] == "kernel_abi"
+    r = diagnose_text(diag + "Killed\n")
+    assert r["cause"] == "kernel_abi"
+
+
+def test_speculative_and_chat_template_errors_get_a_hint():
+    r = diagnose_text("ValueError: speculative_eagle_topk must be 1 when speculative_num_steps is 1\n")
+    assert r["cause"] == "unknown" and "--speculative-num-draft-tokens" in r["remedy"]
+    r = diagnose_text("jinja2.exceptions.TemplateSyntaxError: unexpected '}'\n")
+    assert r["cause"] == "unknown" and "--chat-template" in r["remedy"]
