@@ -1160,6 +1160,8 @@ KILL_RE = re.compile(
     r"|was sent SIGKILL|exited with code 137|exit code 137"
 )
 _KILL_WORDS = ("Killed", "SIGKILL", "OOM killer", "code 137")
+# how far after the matched line a kill is looked for (a few hundred lines of loading progress)
+KILL_WINDOW = 500
 
 
 _ERROR_WORD_RE = re.compile(r"error|exception|fatal|fail|traceback|abort|assert", re.IGNORECASE)
@@ -1174,7 +1176,7 @@ def _kill_after(lines: list[_Line], index: int, end: int, rule_lines: set[int]) 
     A kill after a real error (a launcher killing its children) never qualifies."""
     if any(_ERROR_WORD_RE.search(ln.text) for ln in lines[max(0, index - 3): index + 1]):
         return None
-    kill = next((ln for ln in lines[index + 1: end]
+    kill = next((ln for ln in lines[index + 1: min(end, index + 1 + KILL_WINDOW)]
                  if any(w in ln.raw for w in _KILL_WORDS) and KILL_RE.search(ln.text)), None)
     if kill is None:
         return None
