@@ -14,11 +14,6 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
 import dflash_runner as R
 
-parse_env_file = R.parse_env_file
-parse_unit = R.parse_unit
-expand_exec = R.expand_exec
-resolve = R.resolve
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -10,8 +10,8 @@ import time
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import unit_runner
+sys.path.insert(0, str(ROOT / "module_utils"))
+import dflash_runner
 
 CURRENT = pathlib.Path(os.environ.get("DFLASH_CURRENT", "/opt/dflash/current"))  # overridable for a CPU dry run
 
@@ -20,7 +20,7 @@ def deployed_instance():
     """(name, env, args) of the first instance of the current release."""
     env_file = min((CURRENT / "instances").glob("*.env"))
     env = dict(os.environ)
-    env.update(unit_runner.parse_env_file(env_file.read_text()))
+    env.update(dflash_runner.parse_env_file(env_file.read_text()))
     return env_file.stem, env, env["DFLASH_ARGS"].split()
 
 
@@ -100,7 +100,7 @@ class Server:
             return
         pidfile = self.log.with_suffix(".pid")
         pidfile.write_text(str(self.proc.pid))
-        unit_runner.R.stop(str(pidfile), timeout=30)
+        dflash_runner.stop(str(pidfile), timeout=30)
         self.proc.poll()
 
 

@@ -24,13 +24,13 @@ ExecStart={py} -c "import os,sys; print(sys.argv[1:]); print(os.environ['CUDA_VI
 
 
 def test_env_file_syntax():
-    env = ur.parse_env_file('# c\nA=1\nB="two words"\nC=\'s q\'\n; x\nD="q\\"x"\n')
+    env = ur.R.parse_env_file('# c\nA=1\nB="two words"\nC=\'s q\'\n; x\nD="q\\"x"\n')
     assert env == {"A": "1", "B": "two words", "C": "s q", "D": 'q"x'}
 
 
 def test_expand_exec_split_and_braced():
     env = {"ARGS": "--port 30001  --tp-size 1", "P": "a b"}
-    assert ur.expand_exec("-/bin/py -m x $ARGS ${P}", env) == [
+    assert ur.R.expand_exec("-/bin/py -m x $ARGS ${P}", env) == [
         "/bin/py", "-m", "x", "--port", "30001", "--tp-size", "1", "a b"]
 
 
@@ -39,7 +39,7 @@ def test_start_status_stop(tmp_path):
     envfile.write_text('CUDA_VISIBLE_DEVICES=1\nDFLASH_ARGS="--port 30001 --model-path /m"\n')
     unit = tmp_path / "dflash-x.service"
     unit.write_text(UNIT.format(envfile=envfile, py=sys.executable))
-    r = ur.resolve(unit.read_text())
+    r = ur.R.resolve(unit.read_text())
     assert r["argv"][-6:] == ["--port", "30001", "--model-path", "/m", "one", "--x=%"]
     assert r["env"]["B"] == "two" and r["env"]["A"] == "one"
     log, pid = tmp_path / "log", tmp_path / "pid"
