@@ -29,12 +29,9 @@ import time
 import xml.etree.ElementTree as ET
 
 try:  # the unit of a process (cgroup, or runner-managed on hosts without systemd): dflash_runner.py
-    # (one implementation; the names stay importable from here)
     from ansible.module_utils.dflash_runner import process_unit
-    from ansible.module_utils.dflash_runner import unit_of_pid as runner_unit_of_pid
 except ImportError:
     from dflash_runner import process_unit
-    from dflash_runner import unit_of_pid as runner_unit_of_pid  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1122,7 +1119,7 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
     meta = {"commands": {}, "exit_codes": {}, "errors": {}, "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                           time.gmtime())}
 
-    def record(fname, argv, allow_fail=False):
+    def record(fname, argv):
         rc, text = _run(argv, timeout=timeout)
         meta["commands"][fname] = " ".join(argv)
         meta["exit_codes"][fname] = rc

@@ -15,12 +15,10 @@ import re
 import subprocess
 
 try:  # the unit of a process (cgroup, or runner-managed on hosts without systemd): dflash_runner.py
-    # (one implementation; the names stay importable from here)
+    # (unit_from_cgroup stays importable from here: the tests call it through this module)
     from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
-    from ansible.module_utils.dflash_runner import unit_of_pid as runner_unit_of_pid
 except ImportError:
     from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
-    from dflash_runner import unit_of_pid as runner_unit_of_pid  # noqa: F401
 
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")

@@ -107,6 +107,8 @@ def test_unit_of_pid_tells_our_runner_units_from_foreign_processes(tmp_path):
     try:
         assert ur.R.unit_of_pid(pid, run_dir=str(run)) == "dflash-w.service"
         assert ur.R.unit_of_pid(os.getpid(), run_dir=str(run)) is None
-        assert dflash_fingerprint.runner_unit_of_pid is not None and dflash_instances.runner_unit_of_pid is not None
+        # both stages name the runner-started process by its unit
+        assert dflash_fingerprint.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
+        assert dflash_instances.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
     finally:
         ur.R.stop(str(run / "dflash-w.service.pid"), timeout=5)
