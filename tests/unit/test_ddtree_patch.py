@@ -1,4 +1,4 @@
-"""The DDTree patches (0101, 0102) after the series' registration patches, on the pinned wheel.
+"""The DDTree patches (0101, 0102, 0103) after the series' registration patches, on the pinned wheel.
 
 Checks what can be checked without a GPU build of sglang: the series applies (with
 module_utils/dflash_patch.py), every file the DDTree patches touch compiles, the worker hook
@@ -26,15 +26,17 @@ sys.path.insert(0, str(REPO / "module_utils"))
 SPEC = "sglang/srt/speculative"
 DDTREE_FILES = [
     f"{SPEC}/ddtree_utils.py",
+    f"{SPEC}/ddtree_hybrid.py",
     f"{SPEC}/ddtree_worker.py",
     f"{SPEC}/dflash_worker.py",
     f"{SPEC}/spec_info.py",
     "sglang/srt/server_args.py",
     "sglang/srt/model_executor/cuda_graph_runner.py",
+    "sglang/srt/layers/attention/hybrid_linear_attn_backend.py",
 ]
 
 
-DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch")
+DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch")
 
 
 def ddtree_series(dp, patch_dir):
@@ -70,6 +72,7 @@ def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     names = patched.names
     assert names.index("0101-ddtree-utils.patch") > names.index("0002-ddtree-server-args.patch")
     assert names.index("0102-ddtree-worker.patch") > names.index("0101-ddtree-utils.patch")
+    assert names.index("0103-ddtree-hybrid.patch") > names.index("0102-ddtree-worker.patch")
     for rel in DDTREE_FILES:
         assert any(p.startswith("01") for p in patched.touched[rel]), rel
 

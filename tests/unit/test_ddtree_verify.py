@@ -48,6 +48,7 @@ def tree_files(tmp_path_factory):
             f"{SPEC}/dflash_info.py",
             f"{SPEC}/spec_info.py",
             f"{SPEC}/ddtree_utils.py",
+            f"{SPEC}/ddtree_hybrid.py",
             f"{SPEC}/ddtree_worker.py",
         ]
         out = {}
@@ -159,7 +160,7 @@ def sg(tree_files):
     sys.modules.update(stand_ins)
     mods = {}
     try:
-        for name in ("spec_info", "ddtree_utils", "dflash_info", "ddtree_worker"):
+        for name in ("spec_info", "ddtree_utils", "ddtree_hybrid", "dflash_info", "ddtree_worker"):
             rel = f"{SPEC}/{name}.py"
             mods[name] = _load(f"sglang.srt.speculative.{name}", tree_files[rel], rel)
         yield types.SimpleNamespace(**mods)
@@ -287,7 +288,7 @@ def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth
     res = vi.verify(batch=batch, logits_output=out, page_size=1)
     return types.SimpleNamespace(
         reqs=reqs, refs=refs, tree=tree, batch=batch, alloc=alloc, res=res, width=width,
-        verify_locs=verify_locs, seq_before=seq_before, prior=prior_outputs, out=out,
+        verify_locs=verify_locs, seq_before=seq_before, prior=prior_outputs, out=out, vi=vi,
     )  # fmt: skip
 
 
@@ -311,6 +312,8 @@ def check_step(s, expect_accepts):
         assert [s.tree.depths[b, k].item() for k in slots] == list(range(commit))  # one slot per depth
         for a, c in itertools.pairwise(slots):
             assert int(s.tree.parents[b, c]) == a  # each kept slot is the previous one's child
+        # what a hybrid target's state commit reads (0103): the same path, slot by slot
+        assert s.vi.accepted_path_slots[b, :commit].tolist() == slots
         # the hidden states handed to the draft: those slots, in order
         rows = next_hidden[sum(int(x) for x in commit_lens[:b]) :][:commit]
         assert rows[:, 0].tolist() == [float(b)] * commit and rows[:, 1].tolist() == [float(k) for k in slots]
@@ -332,6 +335,19 @@ def test_verify_accepts_through_non_first_branches_batch_of_two(sg):
         any(s.tree.nodes[b].ranks[k - 1] == 1 for k in range(1, s.tree.num_nodes[b] + 1)) for b in range(2)
     ]
     assert all(paths_have_rank1)
+
+
+def test_the_test_only_broken_commit_keeps_the_wrong_kv_slots(sg, tmp_path, monkeypatch):
+    """The control of the GPU lossless check: SGLANG_DDTREE_TEST_BREAK=<file> saying 'kv'."""
+    flag = tmp_path / "break"
+    flag.write_text("kv\n")
+    monkeypatch.setenv("SGLANG_DDTREE_TEST_BREAK", str(flag))
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    with pytest.raises(AssertionError):
+        check_step(s, [s.res[3][0], s.res[3][1]])
+    flag.unlink()  # file gone: the switch is off again
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    check_step(s, [s.res[3][0], s.res[3][1]])
 
 
 def test_verify_nothing_accepted(sg):
