@@ -19,6 +19,10 @@ try:  # the unit of a process (cgroup, or runner-managed on hosts without system
     from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
 except ImportError:
     from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
+try:  # the target's config.json: hybrid (linear-attention) targets
+    from ansible.module_utils.dflash_model import hybrid_instance_errors, radix_cache_disabled, target_facts
+except ImportError:
+    from dflash_model import hybrid_instance_errors, radix_cache_disabled, target_facts
 
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
@@ -325,6 +329,12 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             derr = (drafts.get(draft) or {}).get("error")
             if derr:
                 add("draft_model_path", f"cannot read the draft's config.json: {derr}")
+        # hybrid targets (the target's config.json, dflash_model.py): refuse only what cannot work
+        tfacts = _target_facts_of(inst, host_facts)
+        if tfacts.get("error"):
+            add("model_path", f"cannot read the target's config.json: {tfacts['error']}")
+        for field, msg in hybrid_instance_errors(inst, tfacts):
+            add(field, msg)
 
         # numbers
         mfs = raw.get("mem_fraction_static")
@@ -392,6 +402,12 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                     add("gpus", msg.replace("allow_busy: true", "allow_busy_gpus: true"))
         errors.extend(e)
     return errors
+
+
+def _target_facts_of(inst, host_facts):
+    """The target's config facts gathered on the host (model_path, else the staged model_source)."""
+    targets = (host_facts or {}).get("targets") or {}
+    return targets.get(inst.get("model_path")) or targets.get(inst.get("model_source")) or {}
 
 
 def default_gpu_checker():
@@ -526,6 +542,10 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "instance.block_size_source": block_src if inst.get("algorithm") in ("DFLASH", "DDTREE") else None,
         "instance.ddtree_budget": budget if inst.get("algorithm") == "DDTREE" else None,
         "instance.ddtree_verify_tokens": budget + 1 if budget and inst.get("algorithm") == "DDTREE" else None,
+        "instance.radix_cache_disabled": radix_cache_disabled(inst),
+        "target.architecture": _target_facts_of(inst, hf).get("architecture"),
+        "target.hybrid": _target_facts_of(inst, hf).get("hybrid"),
+        "target.linear_attention": _target_facts_of(inst, hf).get("linear_attention"),
         "host.lab_standin": bool(lab_standin),
     }
 
@@ -939,7 +959,7 @@ def sgl_kernel_facts(sgl_kernel_file):
 
 def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None,
                       sgl_kernel_file=None):
-    paths, drafts = {}, {}
+    paths, drafts, targets = {}, {}, {}
     tmpfs = tmpfs_mounts(_read(os.path.join(proc, "mounts"), ""))
     for inst in instances or []:
         if not isinstance(inst, dict):
@@ -957,11 +977,18 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
             else:
                 size, source, error = draft_block_size(text)
                 drafts[d] = {"block_size": size, "block_size_source": source, "error": error}
+        for key in ("model_path", "model_source"):  # a staged model may not be in place yet
+            t = inst.get(key)
+            if isinstance(t, str) and t.startswith("/") and t not in targets:
+                text = _read(os.path.join(t, "config.json"))
+                if text is not None:
+                    targets[t] = target_facts(text)
     units = sorted(os.path.basename(p) for p in glob.glob(os.path.join(unit_dir, "dflash-*.service")))
     return {
         "listeners": read_listeners(proc),
         "paths": paths,
         "drafts": drafts,
+        "targets": targets,
         "units": units,
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),

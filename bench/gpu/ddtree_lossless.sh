@@ -1,0 +1,29 @@
+#!/bin/bash
+# DDTree lossless check on the GPU machine (one H200), one call (< 10 min): hybrid (Qwen3.5 class) and
+# dense targets with real random weights in float32; DDTREE tree / shadow-linear and DFLASH against no
+# speculation, with both controls (bench/gpu/ddtree_lossless.py says what is checked).
+# Command (the lead's, or #13's):
+#   run(command="bash bench/gpu/ddtree_lossless.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+# Results: $OUT/ddtree-lossless/{summary.md,summary.json,tree.json,logs.tar.xz}.
+# CPU dry run (stand-in servers, no weights):
+#   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_lossless.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+OUT=${OUT:-/tmp/ddtree-out}/ddtree-lossless
+PY=${PY:-/opt/torch/.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3)
+WORK=${WORK:-/root/ddtree-lossless}
+SITE=${SITE:-/root/site}
+FAMILIES=dense-rw,hybrid-rw
+WEIGHTS=${WEIGHTS-dense-rw,hybrid-rw}
+[ -n "${DRYRUN:-}" ] && WEIGHTS=""
+mkdir -p "$OUT"
+exec > >(tee "$OUT/run.log") 2>&1
+echo "[lossless] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
+source bench/gpu/ddtree_setup.sh
+pack_logs() { tar -C "$OUT" -cJf "$OUT/logs.tar.xz" --remove-files $(cd "$OUT" && ls *.server.log 2>/dev/null) 2>/dev/null || true; }
+trap pack_logs EXIT
+LEFT=$(( ${BUDGET_S:-575} - ($(date +%s) - T0) ))
+"$PY" bench/gpu/ddtree_lossless.py --work "$WORK" --out "$OUT" --deadline-s "$(( LEFT - 20 ))" --models "${MODELS:-hybrid,dense}"

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Sourced by bench/gpu/ddtree_e2e.sh and bench/gpu/ddtree_lossless.sh on the GPU machine (one H200):
+#   1. ends the server process groups an earlier run of these scripts left (their ids are in
+#      $WORK/server-pids, written at each start; nothing else is touched);
+#   2. unpacks .gpu/site.tar.xz (sglang 0.5.11 and what the image lacks, built by
+#      `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`; carry it);
+#   3. copies the wheel's sglang, applies files/patches/sglang/0.5.11/series (module_utils/dflash_patch.py)
+#      and writes the model folders (scripts/gpu/make_models.py; weights for $WEIGHTS: make_weights.py);
+#   4. exports PYTHONPATH (patched tree first) and the pid file for bench/gpu/ddtree_servers.py.
+# Needs: OUT, WORK, SITE, PY, FAMILIES, WEIGHTS (may be empty), DRYRUN (optional).
+set -euo pipefail
+mkdir -p "$OUT" "$WORK"
+export DDTREE_PID_FILE="$WORK/server-pids"
+if [ -s "$DDTREE_PID_FILE" ]; then
+  while read -r pid; do
+    [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && echo "[setup] ended leftover server group $pid" || true
+  done <"$DDTREE_PID_FILE"
+  sleep 5
+  while read -r pid; do [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true; done <"$DDTREE_PID_FILE"
+fi
+: >"$DDTREE_PID_FILE"
+if [ ! -d "$SITE/sglang" ]; then
+  [ -f .gpu/site.tar.xz ] || { echo "[setup] missing .gpu/site.tar.xz (carry it; see the header)"; exit 2; }
+  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz
+fi
+"$PY" bench/gpu/ddtree_e2e.py prepare --site "$SITE" --work "$WORK" --series files/patches/sglang/0.5.11 \
+  --out "$OUT" --families "$FAMILIES" --weights "$WEIGHTS"
+export PYTHONPATH="$WORK/tree:$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+if [ -n "${DRYRUN:-}" ]; then
+  # CPU dry run of the orchestration: bench/gpu/ddtree_dryrun's stand-in answers instead of sglang
+  echo "[setup] DRYRUN: stand-in servers (bench/gpu/ddtree_dryrun), not sglang"
+  export PYTHONPATH="$PWD/bench/gpu/ddtree_dryrun:$PYTHONPATH"
+fi
+"$PY" -m py_compile "$WORK"/tree/sglang/srt/speculative/ddtree_*.py "$WORK"/tree/sglang/srt/speculative/dflash_worker.py
