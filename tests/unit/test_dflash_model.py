@@ -175,3 +175,27 @@ def test_unknown_target_facts_leave_the_rule_unevaluated():
 def test_draft_stays_valid_beside_the_hybrid():
     facts = facts_with_target(LAB_HYBRID)
     assert validate([good(algorithm="DDTREE", draft_model_path=DRAFT)], facts=facts) == []
+
+
+def test_the_gpu_inventory_deploys_ddtree_b15_k8_on_the_hybrid(tmp_path):
+    """inventory/gpu: what the lead's deploy.yml run on the H200 renders (models from make_models.py)."""
+    import yaml
+    from test_rules import H200
+
+    inv = yaml.safe_load((ROOT / "inventory/gpu/group_vars/all/main.yml").read_text())
+    [inst] = inv["dflash_instances"]
+    paths = make_models.write_configs(str(tmp_path), (16,), ("hybrid",))
+    target_cfg = Path(paths["hybrid"], "config.json").read_text()
+    draft_cfg = Path(paths["hybrid-draft"], "config.json").read_text()
+    facts = {"listeners": [], "paths": {p: {"exists": True, "isdir": True, "tmpfs": False}
+                                        for p in (inst["model_path"], inst["draft_model_path"])},
+             "drafts": {inst["draft_model_path"]: dict(zip(("block_size", "block_size_source", "error"),
+                                                           di.draft_block_size(draft_cfg), strict=True))},
+             "targets": {inst["model_path"]: dm.target_facts(target_cfg)}}  # fmt: skip
+    assert di.validate_instances("localhost", [inst], H200, facts, [r["name"] for r in RULES]) == []
+    probe = {**PROBE_GOOD, "sgl_kernel": {"fa3": False}}
+    p = plan(inst, H200, probe, host_facts=facts)
+    args = " ".join(p["args"])
+    assert "--speculative-algorithm DDTREE" in args and "--speculative-ddtree-budget 15" in args
+    assert "--speculative-ddtree-topk 8" in args and "--mamba-scheduler-strategy extra_buffer" in args
+    assert p["args"][p["args"].index("--attention-backend") + 1] == "triton"  # the pin beats sm90-without-fa3
