@@ -34,7 +34,7 @@ K_CONV = 4
 
 @pytest.fixture(scope="module")
 def mods(tmp_path_factory):
-    """ddtree_hybrid.py and ddtree_utils.py as the series installs them (both torch only)."""
+    """ddtree_hybrid.py, ddtree_utils.py and ddtree_device.py as the series installs them (torch only)."""
     dp = pytest.importorskip("dflash_patch")
     sglang_wheel = pytest.importorskip("sglang_wheel")
     from test_ddtree_patch import ddtree_series
@@ -46,7 +46,7 @@ def mods(tmp_path_factory):
         wheel.close()
     root = tmp_path_factory.mktemp("hybrid")
     out = {}
-    for name in ("ddtree_hybrid", "ddtree_utils"):
+    for name in ("ddtree_hybrid", "ddtree_utils", "ddtree_device"):
         path = root / f"{name}.py"
         path.write_bytes(contents[f"{SPEC}/{name}.py"])
         spec = importlib.util.spec_from_file_location(f"dd_{name}", path)
@@ -214,6 +214,22 @@ def test_every_node_state_equals_the_brute_force_along_its_path(mods, seed):
         b_outs, b_states = brute_force(layer, state0, [tokens[s] for s in path], seed)
         assert same(b_states[-1], cached[node]), f"node {node} path {path}"
         assert torch.allclose(b_outs[-1], outs[node], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_links_of_the_device_built_trees_give_the_kernel_every_parent(mods, seed):
+    """The trees the worker verifies come from ddtree_device's build (batched, padded)."""
+    dh, dd = mods["ddtree_hybrid"], mods["ddtree_device"]
+    g = torch.Generator().manual_seed(seed)
+    bs, depth, topk = 3, 7, 4
+    lp, ids = mods["ddtree_utils"].topk_logprobs(torch.randn(bs * depth, 60, generator=g) * 2.0, topk)
+    tree = dd.build_tree_device(lp.view(bs, depth, topk), ids.view(bs, depth, topk), torch.tensor([5, 6, 7]),
+                                15, topk)  # fmt: skip
+    nxt, sib = dh.tree_retrieve_links(tree.parents)
+    for b in range(bs):
+        n = int(tree.num_nodes[b])
+        parent = kernel_parents(nxt[b].tolist(), sib[b].tolist())
+        assert parent[1 : n + 1] == tree.parents[b, 1 : n + 1].tolist()
 
 
 def test_the_commit_takes_the_accepted_node_state_through_a_non_first_branch(mods):

@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO / "module_utils"))
 SPEC = "sglang/srt/speculative"
 DDTREE_FILES = [
     f"{SPEC}/ddtree_utils.py",
+    f"{SPEC}/ddtree_device.py",
     f"{SPEC}/ddtree_hybrid.py",
     f"{SPEC}/ddtree_worker.py",
     f"{SPEC}/dflash_worker.py",
@@ -83,9 +84,11 @@ def test_patched_files_compile(patched, rel, tmp_path):
 
 
 def test_installed_ddtree_utils_is_the_tested_one(patched):
+    from test_ddtree_device import DEVICE_TARGET
     from test_ddtree_utils import PATCH, TARGET, new_file_from_patch
 
-    assert (patched.root / TARGET).read_text(encoding="utf-8") == new_file_from_patch(PATCH, TARGET)
+    for rel in (TARGET, DEVICE_TARGET):  # what test_ddtree_utils.py / test_ddtree_device.py test
+        assert (patched.root / rel).read_text(encoding="utf-8") == new_file_from_patch(PATCH, rel)
 
 
 def test_worker_hook_returns_the_ddtree_worker(patched, monkeypatch):
