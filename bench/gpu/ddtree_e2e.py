@@ -177,7 +177,8 @@ def step_timing(srv, since_line):
     if not recs:
         return {}
     keys = [k for k in recs[0] if k.endswith("_ms")]
-    med = {k: round(statistics.median(r[k] for r in recs if k in r), 4) for k in keys}
+    med = {k: round(statistics.median(v), 4) for k in keys
+           if (v := [r[k] for r in recs if r.get(k) is not None])}  # fmt: skip
     med.update(steps=len(recs), width=recs[0]["width"], cuda_graph=all(r["cuda_graph"] for r in recs))
     return med
 

@@ -140,7 +140,9 @@ def rescore(ref, recs, long_out):
     for i in range(0, len(todo), 8):
         chunk = todo[i : i + 8]
         ids = [prompt_of(r, long_out) + r["output_ids"] for r in chunk]
-        starts = [len(prompt_of(r, long_out)) for r in chunk]
+        # sglang scores input token j from position j - 1 and returns None for the first position,
+        # so starting at the prompt's last token scores every output token
+        starts = [len(prompt_of(r, long_out)) - 1 for r in chunk]
         res, _ = ref.generate(ids, 1, timeout=180, return_logprob=True, logprob_start_len=starts, top_logprobs_num=1)
         for r, o in zip(chunk, res if isinstance(res, list) else [res], strict=True):
             mi = o["meta_info"]
@@ -168,7 +170,7 @@ def judge(recs, ref_ids):
         if want is not None and got != want:
             first = next((i for i, (a, b) in enumerate(zip(got or [], want)) if a != b), None)
             mism.append({"case": key(r["kind"], r["prompt"], r["n"]), "first_diff": first})
-        if r.get("max_gap") is None or r.get("scored_tokens", 0) < len(got or []) - 1:
+        if r.get("max_gap") is None or r.get("scored_tokens", 0) < len(got or []):
             unscored.append(key(r["kind"], r["prompt"], r["n"]))
         elif r["max_gap"] > EPS:
             over.append({"case": key(r["kind"], r["prompt"], r["n"]), "max_gap": r["max_gap"], "worst": r["worst"]})

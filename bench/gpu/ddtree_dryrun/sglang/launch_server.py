@@ -82,6 +82,10 @@ class H(BaseHTTPRequestHandler):
                 start = starts[i] if isinstance(starts, list) else starts
                 toks, tops = [], []
                 for j in range(start, len(p)):
+                    if j == start:  # as sglang: the first position has no log-prob
+                        toks.append([None, p[j], None])
+                        tops.append(None)
+                        continue
                     best = toy(list(p[:j]))
                     toks.append([0.0 if p[j] == best else -5.0, p[j], None])
                     tops.append([[0.0, best, None]])
