@@ -72,7 +72,8 @@ def servers_for(model, base_port, work, out, models_dir):
     d = os.path.join(models_dir, f"{model}-rw-draft")
     base = ["--model-path", m, "--dtype", "float32", "--skip-tokenizer-init", "--attention-backend", "triton",
             "--context-length", "4096", "--mem-fraction-static", "0.06", "--max-total-tokens", "24000",
-            "--max-running-requests", "8", "--cuda-graph-max-bs", "4", "--log-level", "info"]  # fmt: skip
+            "--max-running-requests", "8", "--cuda-graph-max-bs", "4", "--log-level", "info",
+            "--disable-piecewise-cuda-graph"]  # fmt: skip  (prefill graphs: start-up time, no decode effect)
     spec = ["--speculative-draft-model-path", d, "--speculative-draft-load-format", "dummy"]
     if model == "hybrid":
         spec += ["--mamba-scheduler-strategy", "extra_buffer"]
@@ -86,9 +87,10 @@ def servers_for(model, base_port, work, out, models_dir):
         Server(f"{model}-t15", p + 1, [*base, *spec, *tree], out, work,
                dict(senv, SGLANG_DDTREE_TEST_BREAK=os.path.join(work, f"break-{model}")), budget=15),
         Server(f"{model}-dflash", p + 2, [*base, *spec, "--speculative-algorithm", "DFLASH"], out, work, senv),
-        Server(f"{model}-t15ng", p + 3, [*base, *spec, *tree, "--disable-cuda-graph"], out, work, senv, budget=15),
+        Server(f"{model}-t15ng", p + 3, [*base, *spec, *tree, "--disable-cuda-graph"], out, work, senv, budget=15,
+               level="light"),
         Server(f"{model}-sl15", p + 4, [*base, *spec, *tree, "--speculative-ddtree-mode", "shadow-linear"], out, work,
-               senv, budget=15, mode="shadow-linear"),
+               senv, budget=15, mode="shadow-linear", level="light"),
     ]  # fmt: skip
 
 
@@ -270,7 +272,37 @@ def run(args):
             except (OSError, ValueError) as e:  # a crash is a result too
                 return {"error": f"{type(e).__name__}: {e}", "alive": srv.alive()}
 
-        for label, ranks in (("plain", []), ("oracle_branch", RANKS_BRANCH)):
+        def broken_controls():
+            for m in models:
+                write_oracle(oracle[m], reference[m], RANKS_BRANCH)
+                t15 = per[m][1]
+                for mode in BREAKS[m]:
+                    if time.time() > deadline - 30 or not (t15.healthy_after and t15.alive()):
+                        break
+                    flag = t15.env["SGLANG_DDTREE_TEST_BREAK"]
+                    with open(flag, "w") as fh:
+                        fh.write(mode + "\n")
+                    try:
+                        recs = []
+                        for kind, idx, n in (("bs1", [0], 64), ("bs1", [1], 64), ("bs4", [0, 1, 2, 3], 64)):
+                            recs += run_case(t15, kind, idx, n)
+                        rescore(per[m][0], recs, refres[m].get("long_out") or [])
+                        res = judge(recs, refres[m]["ids"])
+                        res["control_fails_as_it_must"] = not res["lossless"]
+                    except (OSError, ValueError) as e:
+                        res = {"error": f"{type(e).__name__}: {e}", "control_fails_as_it_must": True}
+                    finally:
+                        os.unlink(flag)
+                        t15.flush_cache()
+                    summary["models"][m].setdefault("broken_commit", {})[mode] = res
+                    save()
+
+        # the oracle phase first (acceptance through a non-first branch), then the broken-commit control
+        # on t15 (the switch corrupts only what it commits; the cache is flushed after), then no oracle
+        for label, ranks in (("oracle_branch", RANKS_BRANCH), ("broken", None), ("plain", [])):
+            if label == "broken":
+                broken_controls()
+                continue
             if time.time() > deadline - 90:
                 for m in models:
                     summary["models"][m]["phases"][label] = {"skipped": "deadline"}
@@ -290,30 +322,7 @@ def run(args):
                 ph["servers"][s.name] = judge(recs, refres[m]["ids"])
             save()
 
-        # the broken-commit control: t15 with the test-only switch, the oracle through a non-first branch
         for m in models:
-            write_oracle(oracle[m], reference[m], RANKS_BRANCH)
-            t15 = per[m][1]
-            for mode in BREAKS[m]:
-                if time.time() > deadline - 40 or not (t15.healthy_after and t15.alive()):
-                    break
-                flag = t15.env["SGLANG_DDTREE_TEST_BREAK"]
-                with open(flag, "w") as fh:
-                    fh.write(mode + "\n")
-                try:
-                    recs = []
-                    for kind, idx, n in (("bs1", [0], 64), ("bs1", [1], 64), ("bs4", [0, 1, 2, 3], 64)):
-                        recs += run_case(t15, kind, idx, n)
-                    rescore(per[m][0], recs, refres[m].get("long_out") or [])
-                    res = judge(recs, refres[m]["ids"])
-                    res["control_fails_as_it_must"] = not res["lossless"]
-                except (OSError, ValueError) as e:
-                    res = {"error": f"{type(e).__name__}: {e}", "control_fails_as_it_must": True}
-                finally:
-                    os.unlink(flag)
-                    t15.flush_cache()
-                summary["models"][m].setdefault("broken_commit", {})[mode] = res
-                save()
             write_oracle(oracle[m], [], [])
     finally:
         stop_all(servers)
