@@ -10,20 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
+TAG=lossless
 OUT=${OUT:-/tmp/ddtree-out}/ddtree-lossless
-PY=${PY:-/opt/torch/.venv/bin/python}
-[ -x "$PY" ] || PY=$(command -v python3)
 WORK=${WORK:-/root/ddtree-lossless}
-SITE=${SITE:-/root/site}
 FAMILIES=dense-rw,hybrid-rw
 WEIGHTS=${WEIGHTS-dense-rw,hybrid-rw}
 [ -n "${DRYRUN:-}" ] && WEIGHTS=""
-mkdir -p "$OUT"
-exec > >(tee "$OUT/run.log") 2>&1
-echo "[lossless] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
-nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
 source bench/gpu/ddtree_setup.sh
-pack_logs() { tar -C "$OUT" -cJf "$OUT/logs.tar.xz" --remove-files $(cd "$OUT" && ls *.server.log 2>/dev/null) 2>/dev/null || true; }
-trap pack_logs EXIT
 LEFT=$(( ${BUDGET_S:-575} - ($(date +%s) - T0) ))
 "$PY" bench/gpu/ddtree_lossless.py --work "$WORK" --out "$OUT" --deadline-s "$(( LEFT - 20 ))" --models "${MODELS:-hybrid,dense}"

@@ -7,9 +7,19 @@
 #   3. copies the wheel's sglang, applies files/patches/sglang/0.5.11/series (module_utils/dflash_patch.py)
 #      and writes the model folders (scripts/gpu/make_models.py; weights for $WEIGHTS: make_weights.py);
 #   4. exports PYTHONPATH (patched tree first) and the pid file for bench/gpu/ddtree_servers.py.
-# Needs: OUT, WORK, SITE, PY, FAMILIES, WEIGHTS (may be empty), DRYRUN (optional).
+# Needs: OUT, WORK, SITE, PY (defaulted here), FAMILIES, WEIGHTS (may be empty), DRYRUN (optional), TAG.
+# Output goes to $OUT/run.log too; the server logs are packed into $OUT/logs.tar.xz when the caller exits
+# (a device call returns at most 8 files).
 set -euo pipefail
+PY=${PY:-/opt/torch/.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3)
+SITE=${SITE:-/root/site}
 mkdir -p "$OUT" "$WORK"
+exec > >(tee "$OUT/run.log") 2>&1
+echo "[$TAG] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
+pack_logs() { tar -C "$OUT" -cJf "$OUT/logs.tar.xz" --remove-files $(cd "$OUT" && ls *.server.log 2>/dev/null) 2>/dev/null || true; }
+trap pack_logs EXIT
 export DDTREE_PID_FILE="$WORK/server-pids"
 if [ -s "$DDTREE_PID_FILE" ]; then
   while read -r pid; do

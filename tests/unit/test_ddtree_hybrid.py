@@ -35,20 +35,15 @@ K_CONV = 4
 @pytest.fixture(scope="module")
 def mods(tmp_path_factory):
     """ddtree_hybrid.py, ddtree_utils.py and ddtree_device.py as the series installs them (torch only)."""
-    dp = pytest.importorskip("dflash_patch")
-    sglang_wheel = pytest.importorskip("sglang_wheel")
-    from test_ddtree_patch import ddtree_series
+    from test_ddtree_patch import series_texts
 
-    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
-    try:
-        contents, _, _ = dp.apply_series(wheel.read, ddtree_series(dp, sglang_wheel.PATCH_DIR))
-    finally:
-        wheel.close()
+    names = ("ddtree_hybrid", "ddtree_utils", "ddtree_device")
+    texts = series_texts([f"{SPEC}/{n}.py" for n in names])
     root = tmp_path_factory.mktemp("hybrid")
     out = {}
-    for name in ("ddtree_hybrid", "ddtree_utils", "ddtree_device"):
+    for name in names:
         path = root / f"{name}.py"
-        path.write_bytes(contents[f"{SPEC}/{name}.py"])
+        path.write_text(texts[f"{SPEC}/{name}.py"])
         spec = importlib.util.spec_from_file_location(f"dd_{name}", path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod

@@ -51,6 +51,20 @@ def ddtree_series(dp, patch_dir):
     return patches
 
 
+def series_texts(rels):
+    """relpath -> text of each file after the committed series is applied to the pinned wheel (the
+    wheel's own text for a file the series does not touch)."""
+    dp = pytest.importorskip("dflash_patch")
+    sglang_wheel = pytest.importorskip("sglang_wheel")
+    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    try:
+        contents, _, _ = dp.apply_series(wheel.read, ddtree_series(dp, sglang_wheel.PATCH_DIR))
+        return {rel: (contents.get(rel) if contents.get(rel) is not None else wheel.read(rel)).decode("utf-8")
+                for rel in rels}  # fmt: skip
+    finally:
+        wheel.close()
+
+
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory):
     dp = pytest.importorskip("dflash_patch")

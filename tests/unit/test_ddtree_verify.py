@@ -38,30 +38,12 @@ SPEC = "sglang/srt/speculative"
 
 
 @pytest.fixture(scope="module")
-def tree_files(tmp_path_factory):
+def tree_files():
     """relpath -> text of the series applied to the real wheel (downloaded once, cached)."""
-    dp = pytest.importorskip("dflash_patch")
-    sglang_wheel = pytest.importorskip("sglang_wheel")
-    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
-    try:
-        from test_ddtree_patch import ddtree_series
+    from test_ddtree_patch import series_texts
 
-        contents, _, _ = dp.apply_series(wheel.read, ddtree_series(dp, sglang_wheel.PATCH_DIR))
-        want = [
-            f"{SPEC}/dflash_info.py",
-            f"{SPEC}/spec_info.py",
-            f"{SPEC}/ddtree_utils.py",
-            f"{SPEC}/ddtree_device.py",
-            f"{SPEC}/ddtree_hybrid.py",
-            f"{SPEC}/ddtree_worker.py",
-        ]
-        out = {}
-        for rel in want:
-            data = contents.get(rel)
-            out[rel] = (data if data is not None else wheel.read(rel)).decode("utf-8")
-    finally:
-        wheel.close()
-    return out
+    names = ("dflash_info", "spec_info", "ddtree_utils", "ddtree_device", "ddtree_hybrid", "ddtree_worker")
+    return series_texts([f"{SPEC}/{n}.py" for n in names])
 
 
 class Allocator:
