@@ -5,21 +5,26 @@ random weights). Standard library only (talks to the servers over HTTP).
 
 Models: scripts/gpu/make_models.py's hybrid-rw (Qwen3_5ForConditionalGeneration: 2 x 3 Gated
 DeltaNet + 1 full attention) and dense-rw (Qwen3ForCausalLM), both 8 layers with real random
-weights (scripts/gpu/make_weights.py), served in float32 with TRITON_F32_DEFAULT=ieee (Triton's
-fp32 dots in IEEE fp32, not TF32): the numerical noise between the verify and the decode kernels
-is then far below the logit gaps, so greedy ids are expected to match bit for bit.
+weights (scripts/gpu/make_weights.py). sglang 0.5.11 cannot serve them in float32 on CUDA (its
+sgl_kernel norms take fp16/bf16 only: "failed to dispatch data type Float", H200 run of
+2026-12-01), so the servers under test run bfloat16, and the numerical noise is removed by the
+judge instead: a float32 re-scoring server (ref32: --dtype float32, TRITON_F32_DEFAULT=ieee, and
+bench/gpu/fp32_shim, which runs sglang's custom ops in plain torch for float32 inputs; test only).
 
 Per model, servers (all --attention-backend triton, --skip-tokenizer-init, draft weights dummy):
-  ref     no speculation, --disable-radix-cache (ground truth, and the float32 re-scorer)
+  ref     no speculation, bf16, --disable-radix-cache (reference ids)
+  ref32   no speculation, float32 (the re-scorer; the bf16 ref re-scores if it does not come up)
   dflash  DFLASH, CUDA graphs                    t15    DDTREE budget 15 top-k 8, CUDA graphs
   t15ng   DDTREE budget 15, --disable-cuda-graph  sl15   DDTREE shadow-linear, CUDA graphs
 The hybrid's speculative servers run --mamba-scheduler-strategy extra_buffer (the radix cache on;
 the toolkit's rule hybrid-spec-radix-extra-buffer), the dense ones the default radix cache.
 
-The check, per speculative output: ids equal to the reference's, and, the stated epsilon: every
-emitted token's log-prob is within EPS of the top-1 log-prob at its position when the reference
-server re-scores the same sequence in one prefill (greedy decoding can only differ from the
-reference at a near-tie). Cases: 3 prompts x 64/256 new tokens at batch 1, 4 prompts at batch 4
+The check, per speculative output: ids equal to the bf16 reference's (reported; bf16 verify and
+decode kernels differ at near-ties), and, the stated epsilon: every emitted token's log-prob is
+within EPS = 0.25 nats of the top-1 log-prob at its position when ref32 re-scores the same sequence
+in one float32 prefill (a lossless greedy decoder can only deviate from the float32 argmax at a
+near-tie of bf16 noise size; a wrong KV slot or state gives gaps of nats). The bf16 reference's own
+outputs are judged the same way (the noise floor). Cases: 3 prompts x 64/256 new tokens at batch 1, 4 prompts at batch 4
 (64/256), and a second request sharing a long prefix with the first (prompt of 700 tokens; the
 second extends the first's prompt + output, so the radix cache serves it, including the mamba
 state tracked at a 256-token boundary during decode). Phases: plain (no oracle: random draft,
@@ -44,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddtree_servers import Server, start_staggered, stop_all, wait_healthy, write_json, write_oracle
 
-EPS = 1e-3  # nats: an emitted token may trail the re-scored top-1 by at most this much
+EPS = 0.25  # nats: an emitted bf16 token may trail the float32 re-scored top-1 by at most this much
 PROMPTS = [
     [151643] + [(i * 7919 + 13) % 150000 for i in range(31)],
     [(i * 104729 + 5) % 150000 for i in range(100)],
@@ -70,7 +75,7 @@ def key(kind, prompt, n):
 def servers_for(model, base_port, work, out, models_dir):
     m = os.path.join(models_dir, f"{model}-rw")
     d = os.path.join(models_dir, f"{model}-rw-draft")
-    base = ["--model-path", m, "--dtype", "float32", "--skip-tokenizer-init", "--attention-backend", "triton",
+    base = ["--model-path", m, "--dtype", "bfloat16", "--skip-tokenizer-init", "--attention-backend", "triton",
             "--context-length", "4096", "--mem-fraction-static", "0.06", "--max-total-tokens", "24000",
             "--max-running-requests", "8", "--cuda-graph-max-bs", "4", "--log-level", "info",
             "--disable-piecewise-cuda-graph"]  # fmt: skip  (prefill graphs: start-up time, no decode effect)
@@ -78,8 +83,11 @@ def servers_for(model, base_port, work, out, models_dir):
     if model == "hybrid":
         spec += ["--mamba-scheduler-strategy", "extra_buffer"]
     oracle = os.path.join(work, f"oracle-{model}.json")  # one per model: the oracle keys references by prompt
-    env = {"TRITON_F32_DEFAULT": "ieee"}
+    env = {}
     senv = dict(env, SGLANG_DDTREE_ORACLE=oracle)
+    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp32_shim")
+    env32 = {"TRITON_F32_DEFAULT": "ieee", "PYTHONPATH": shim + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    base32 = [("float32" if a == "bfloat16" else a) for a in base]
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15", "--speculative-ddtree-topk", "8"]
     p = base_port
     return [
@@ -91,6 +99,8 @@ def servers_for(model, base_port, work, out, models_dir):
                level="light"),
         Server(f"{model}-sl15", p + 4, [*base, *spec, *tree, "--speculative-ddtree-mode", "shadow-linear"], out, work,
                senv, budget=15, mode="shadow-linear", level="light"),
+        Server(f"{model}-ref32", p + 5, [*base32, "--disable-radix-cache", "--disable-cuda-graph"], out, work, env32,
+               spec=False),
     ]  # fmt: skip
 
 
@@ -198,7 +208,8 @@ def run(args):
     per = {m: servers_for(m, 36000 + 100 * i, work, out, models_dir) for i, m in enumerate(models)}
     servers = [s for m in models for s in per[m]]
     # start order: each model's reference and tree server first (their kernels compile once for the rest)
-    order = [per[m][0] for m in models] + [per[m][1] for m in models] + [s for m in models for s in per[m][2:]]
+    order = ([per[m][0] for m in models] + [per[m][5] for m in models] + [per[m][1] for m in models]
+             + [s for m in models for s in per[m][2:5]])  # fmt: skip
     summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "eps": EPS, "models": {},
                "servers": {}}  # fmt: skip
 
@@ -211,9 +222,13 @@ def run(args):
         write_markdown(summary, os.path.join(out, "summary.md"))
 
     try:
-        start_staggered(order, deadline - 200, per_server_s=40)
+        start_staggered(order, deadline - 200, per_server_s=30)
         refs = [per[m][0] for m in models]
-        wait_healthy(refs, deadline - 220)
+        wait_healthy(refs, deadline - 160)
+
+        def scorer(m):
+            r32 = per[m][5]
+            return r32 if (r32.healthy_after and r32.alive()) else per[m][0]
 
         def reference(m):
             ref = per[m][0]
@@ -246,8 +261,29 @@ def run(args):
         for m in models:
             summary["models"][m] = {"controls": refres[m].get("controls"), "phases": {}}
         save()
-        wait_healthy(servers, deadline - 150)
+        wait_healthy(servers, deadline - 140)
         save()
+        for m in models:  # the bf16 reference judged by the float32 re-scorer: the noise floor
+            if not refres[m]["ids"]:
+                continue
+            sc = scorer(m)
+            recs = [{"kind": k.split(":")[0], "prompt": int(k.split(":")[1]), "n": int(k.split(":")[2]),
+                     "output_ids": v} for k, v in refres[m]["ids"].items()]  # fmt: skip
+            try:
+                rescore(sc, recs, refres[m].get("long_out") or [])
+                res = judge(recs, refres[m]["ids"])
+            except (OSError, ValueError) as e:
+                res = {"error": f"{type(e).__name__}: {e}"}
+            res["scorer"] = sc.name
+            summary["models"][m]["reference_vs_float32"] = res
+            if sc is per[m][5]:  # float32 reproduces itself across batch sizes
+                try:
+                    a = run_case(sc, "bs1", [1], 64)[0]["output_ids"]
+                    b = run_case(sc, "bs4", [0, 1, 2, 3], 64)[1]["output_ids"]
+                    summary["models"][m]["controls"]["float32_bs1_equals_bs4"] = a == b
+                except (OSError, ValueError) as e:
+                    summary["models"][m]["controls"]["float32_bs1_equals_bs4"] = f"{type(e).__name__}: {e}"
+            save()
 
         def reference_file(m):
             ids = refres[m]["ids"]
@@ -286,7 +322,7 @@ def run(args):
                         recs = []
                         for kind, idx, n in (("bs1", [0], 64), ("bs1", [1], 64), ("bs4", [0, 1, 2, 3], 64)):
                             recs += run_case(t15, kind, idx, n)
-                        rescore(per[m][0], recs, refres[m].get("long_out") or [])
+                        rescore(scorer(m), recs, refres[m].get("long_out") or [])
                         res = judge(recs, refres[m]["ids"])
                         res["control_fails_as_it_must"] = not res["lossless"]
                     except (OSError, ValueError) as e:
@@ -303,13 +339,13 @@ def run(args):
             if label == "broken":
                 broken_controls()
                 continue
-            if time.time() > deadline - 90:
+            if time.time() > deadline - (80 if label == "oracle_branch" else 60):
                 for m in models:
                     summary["models"][m]["phases"][label] = {"skipped": "deadline"}
-                break
+                continue
             for m in models:
                 write_oracle(oracle[m], reference[m], ranks)
-            jobs = [(s, m) for m in models for s in per[m][1:] if s.healthy_after and s.alive()]
+            jobs = [(s, m) for m in models for s in per[m][1:5] if s.healthy_after and s.alive()]
             with ThreadPoolExecutor(max(1, len(jobs))) as pool:
                 results = list(pool.map(lambda j, lb=label: correctness(j[0], j[1], lb), jobs))
             for (s, m), recs in zip(jobs, results, strict=True):
@@ -317,8 +353,7 @@ def run(args):
                 if isinstance(recs, dict):
                     ph["servers"][s.name] = recs
                     continue
-                if per[m][0].alive():
-                    rescore(per[m][0], recs, refres[m].get("long_out") or [])
+                rescore(scorer(m), recs, refres[m].get("long_out") or [])
                 ph["servers"][s.name] = judge(recs, refres[m]["ids"])
             save()
 
@@ -358,6 +393,10 @@ def write_markdown(summary, path):
         lines.append(f"| {name} | {s['healthy_after_s']} | {s['error'] or ''} | `{args}` |")
     for m, mm in summary["models"].items():
         lines += ["", f"## {m}: {verdict(summary, m)}", "", f"reference controls: `{mm.get('controls')}`"]
+        rv = mm.get("reference_vs_float32")
+        if rv:
+            lines += ["", (f"bf16 reference re-scored by {rv.get('scorer')}: max gap {rv.get('max_gap')} over "
+                      f"{rv.get('cases')} cases (within eps: {rv.get('lossless')}) {rv.get('error', '')}")]
         for label, ph in (mm.get("phases") or {}).items():
             if "servers" not in ph:
                 lines += ["", f"{label}: {ph}"]

@@ -18,7 +18,11 @@ mkdir -p "$OUT" "$WORK"
 exec > >(tee "$OUT/run.log") 2>&1
 echo "[$TAG] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
-pack_logs() { tar -C "$OUT" -cJf "$OUT/logs.tar.xz" --remove-files $(cd "$OUT" && ls *.server.log 2>/dev/null) 2>/dev/null || true; }
+# what comes back: summary.md, summary.json and logs.tar.xz (server logs, run.log, tree.json)
+pack_logs() {
+  cp "$OUT/run.log" "$OUT/run-copy.log" 2>/dev/null || true
+  tar -C "$OUT" -cJf "$OUT/logs.tar.xz" --remove-files $(cd "$OUT" && ls *.server.log run-copy.log tree.json 2>/dev/null) 2>/dev/null || true
+}
 trap pack_logs EXIT
 export DDTREE_PID_FILE="$WORK/server-pids"
 if [ -s "$DDTREE_PID_FILE" ]; then
