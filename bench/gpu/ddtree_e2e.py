@@ -159,11 +159,11 @@ def bench_servers(model, port, work, out):
     d32 = ["--speculative-draft-model-path", os.path.join(models, draft + "32")]
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-topk", "8"]
     return [
-        Server(f"{model}-t15", port + 1, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out, work,
+        Server(f"{model}-t15", port + 20, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out, work,
                env(f"{model}-t15"), budget=15),
-        Server(f"{model}-dflash", port + 2, [*base, *spec, *d16, "--speculative-algorithm", "DFLASH"], out, work,
+        Server(f"{model}-dflash", port + 40, [*base, *spec, *d16, "--speculative-algorithm", "DFLASH"], out, work,
                env(f"{model}-dflash")),
-        Server(f"{model}-t31", port + 3, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,
+        Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,
                env(f"{model}-t31"), budget=31, block=32),
     ]  # fmt: skip
 
@@ -196,7 +196,8 @@ def run(args):
     out, work = args.out, args.work
     du = load_ddtree_utils(os.path.join(work, "tree"))  # the patched tree's own module (torch only)
     models = [m for m in args.models.split(",") if m]
-    per = {m: bench_servers(m, 35000 + 100 * i, work, out) for i, m in enumerate(models)}
+    # ports 20 apart: sglang opens more sockets above --port (H200 run 2: EADDRINUSE at a neighbour's port)
+    per = {m: bench_servers(m, 35000 + 200 * i, work, out) for i, m in enumerate(models)}
     servers = [s for m in models for s in per[m]]
     order = [per[m][k] for k in range(3) for m in models]
     for m in models:
