@@ -13,9 +13,10 @@ T0=$(date +%s)
 TAG=lossless
 OUT=${OUT:-/tmp/ddtree-out}/ddtree-lossless
 WORK=${WORK:-/root/ddtree-lossless}
-FAMILIES=dense-rw,hybrid-rw
-WEIGHTS=${WEIGHTS-dense-rw,hybrid-rw}
+MODELS=${MODELS:-hybrid,dense}
+FAMILIES=$(echo "$MODELS" | sed 's/\([a-z]*\)/\1-rw/g')  # only the models asked for get folders and weights
+WEIGHTS=${WEIGHTS-$FAMILIES}
 [ -n "${DRYRUN:-}" ] && WEIGHTS=""
 source bench/gpu/ddtree_setup.sh
 LEFT=$(( ${BUDGET_S:-575} - ($(date +%s) - T0) ))
-"$PY" bench/gpu/ddtree_lossless.py --work "$WORK" --out "$OUT" --deadline-s "$(( LEFT - 20 ))" --models "${MODELS:-hybrid,dense}"
+"$PY" bench/gpu/ddtree_lossless.py --work "$WORK" --out "$OUT" --deadline-s "$(( LEFT - 20 ))" --models "$MODELS"
