@@ -18,17 +18,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "module_utils"))
-sys.path.insert(0, str(REPO / "tests" / "unit"))
-SPEC = "sglang/srt/speculative"
+SPEC = "sglang/srt/speculative"  # the series' files come through test_ddtree_patch.series_texts
 K_CONV = 4
 
 
