@@ -14,7 +14,9 @@ import http.client
 import json
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 try:
     from ansible.module_utils import dflash_bench_workloads as wl
@@ -28,7 +30,12 @@ except ImportError:
 SPEC_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_accepted_drafts", "spec_proposed_drafts")
 
 
-def stream_generate(base_url, payload, timeout, clock=time.perf_counter) -> dict:
+def auth_headers(api_key=None) -> dict:
+    """The server's --api-key as sglang expects it (a Bearer token), when it has one."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers=None) -> dict:
     """POST /generate with stream; -> {ok, ttft, itl, latency, completion_tokens, prompt_tokens,
     cached_tokens, chunks, spec_*, finish_reason, text, error}."""
     u = urllib.parse.urlsplit(base_url)
@@ -38,7 +45,7 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter) -> dict
     last_t, last_n, meta, text = t0, 0, {}, ""
     conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=max(0.5, float(timeout)))
     try:
-        conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+        conn.request("POST", "/generate", body, {"Content-Type": "application/json", **(headers or {})})
         resp = conn.getresponse()
         if resp.status != 200:
             rec["error"] = f"HTTP {resp.status}: {resp.read(400).decode('utf-8', 'replace')}"
@@ -84,11 +91,30 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter) -> dict
     return rec
 
 
-def server_readings(base_url, timeout=10.0) -> dict:
+def _get(url, timeout, headers=None):
+    """(status, JSON or text) of a GET; network errors raise SmokeError (dflash_smoke.http_json with headers)."""
+    if not headers:
+        return http_json("GET", url, None, timeout)
+    req = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except (OSError, urllib.error.URLError) as exc:
+        raise SmokeError(f"GET {url}: {exc}") from exc
+    text = raw.decode("utf-8", "replace")
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def server_readings(base_url, timeout=10.0, headers=None) -> dict:
     """/metrics (sglang:spec_accept_length and the counters) and /get_server_info, as far as they answer."""
     out = {}
     try:
-        status, text = http_json("GET", base_url + "/metrics", None, timeout)
+        status, text = _get(base_url + "/metrics", timeout, headers)
         if status == 200:
             m = parse_prometheus(text)
             out["metrics"] = {k.split(":", 1)[1]: v for k, v in m.items() if k.startswith("sglang:")
@@ -98,7 +124,7 @@ def server_readings(base_url, timeout=10.0) -> dict:
     except SmokeError as exc:
         out["metrics_error"] = str(exc)
     try:
-        status, info = http_json("GET", base_url + "/get_server_info", None, timeout)
+        status, info = _get(base_url + "/get_server_info", timeout, headers)
         if status == 200 and isinstance(info, dict):
             states = info.get("internal_states") or [{}]
             out["server_info"] = {"version": info.get("version"), "lab_standin": bool(info.get("lab_standin")),
@@ -124,14 +150,15 @@ def _jobs(workload, concurrency, opts) -> list:
     return [reqs[i::int(concurrency)] for i in range(int(concurrency))]
 
 
-def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=time.monotonic) -> dict:
-    """Measure one cell; -> {status, summary, requests, server_before, server_after, seconds, note}."""
+def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=time.monotonic, api_key=None) -> dict:
+    """Measure one cell; -> {status, summary, requests, server_before, server_after, seconds, errors}."""
     opts = dict(opts or {})
+    hdr = auth_headers(api_key)
     t_begin = clock()
     deadline = t_begin + float(timeout)
-    before = server_readings(base_url)
+    before = server_readings(base_url, headers=hdr)
     warm = stream_generate(base_url, {"text": wl.chatml([{"role": "user", "content": "Hello"}]),
-                                      "sampling_params": wl.sampling(8)}, min(60.0, float(timeout)))
+                                      "sampling_params": wl.sampling(8)}, min(60.0, float(timeout)), headers=hdr)
     results, lock = [], threading.Lock()
 
     def left():
@@ -147,7 +174,7 @@ def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=ti
             if left() <= 0:
                 record(item["label"], {"ok": False, "skipped": True, "error": "cell time limit"}, w)
                 continue
-            record(item["label"], stream_generate(base_url, item["payload"], left()), w)
+            record(item["label"], stream_generate(base_url, item["payload"], left(), headers=hdr), w)
 
     def worker_agent(w):
         a = opts.get("agent") or {}
@@ -157,7 +184,7 @@ def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=ti
             if left() <= 0:
                 record(label, {"ok": False, "skipped": True, "error": "cell time limit"}, w)
                 continue
-            rec = stream_generate(base_url, wl.agent_payload(messages, a.get("max_tokens", 64)), left())
+            rec = stream_generate(base_url, wl.agent_payload(messages, a.get("max_tokens", 64)), left(), headers=hdr)
             reply = rec.get("text") or ""
             rec["turn"] = turn
             record(label, rec, w)
@@ -176,7 +203,7 @@ def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=ti
     for th in threads:
         th.join(max(0.0, left()) + 5.0)
     wall = clock() - t0
-    after = server_readings(base_url)
+    after = server_readings(base_url, headers=hdr)
     for rec in results:
         rec.pop("text", None)
     results.sort(key=lambda r: (r.get("worker", 0), r.get("label", "")))
