@@ -192,6 +192,8 @@ def png_text(path) -> dict:
     pos, out, first, ended = len(PNG_SIGNATURE), {}, None, False
     while pos + 8 <= len(data):
         length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
+        if pos + 12 + length > len(data):
+            raise ValueError(f"{path}: truncated PNG (chunk {ctype!r})")
         body = data[pos + 8:pos + 8 + length]
         crc = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0]
         if zlib.crc32(ctype + body) & 0xFFFFFFFF != crc:

@@ -72,6 +72,8 @@ def sweep_configs(sweep) -> list:
     if not sweep:
         return []
     keys = [k for k in SWEEP_KEYS if k in sweep]
+    if not keys:
+        return []
     values = [sweep[k] if isinstance(sweep[k], list) else [sweep[k]] for k in keys]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
 

@@ -24,7 +24,7 @@ except ImportError:
     from dflash_bench_workloads import describe
 
 
-def render_run(run_dir, compare_to=None, results_dir=None, pdf=True) -> dict:
+def render_run(run_dir, compare_to=None, results_dir=None, pdf=True, charts=True) -> dict:
     """-> {files, charts, rows, cells, failed, standin, compare, warnings}."""
     data = res.load_run(run_dir)
     run, cells = data["run"], data["cells"]
@@ -46,20 +46,20 @@ def render_run(run_dir, compare_to=None, results_dir=None, pdf=True) -> dict:
             odata = res.load_run(other)
             compare = res.compare(rows, [res.row(c) for c in odata["cells"]])
             compare_name = f"{os.path.basename(other)} (release {odata['run'].get('release', {}).get('id')})"
-    charts = {}
+    drawn = {}
     try:  # matplotlib is imported when drawing: a controller without it still gets the tables
-        if rows:
-            charts = draw_all(rows, os.path.join(run_dir, "charts"), standin)
+        if rows and charts:
+            drawn = draw_all(rows, os.path.join(run_dir, "charts"), standin)
     except ImportError as exc:
         warnings.append(f"no charts: {exc} (matplotlib is in pyproject.toml: uv sync)")
-    files += [c["path"] for c in charts.values()]
+    files += [c["path"] for c in drawn.values()]
     configs = (run.get("plan") or {}).get("configurations") or []
     opts = run.get("options") or {}
     wtext = {w: describe(w, opts) for w in run.get("workloads") or []}
-    md = markdown.render(run, rows, configs, charts, compare, compare_name, wtext)
+    md = markdown.render(run, rows, configs, drawn, compare, compare_name, wtext)
     files.append(res.write_text(os.path.join(run_dir, "report.md"), md))
     tex = res.write_text(os.path.join(run_dir, "report.tex"),
-                         latex.render(run, rows, configs, charts, compare, compare_name))
+                         latex.render(run, rows, configs, drawn, compare, compare_name))
     files.append(tex)
     pdf_res = latex.compile_pdf(tex) if pdf else {"pdf": None, "error": "PDF not asked for"}
     if pdf_res.get("pdf"):
@@ -68,7 +68,7 @@ def render_run(run_dir, compare_to=None, results_dir=None, pdf=True) -> dict:
         warnings.append(f"no PDF: {pdf_res.get('error')}" + (f"; {pdf_res['hint']}" if pdf_res.get("hint") else ""))
     summary = {"run": run.get("run"), "dir": os.path.abspath(run_dir), "rows": rows, "cells": len(rows),
                "failed": [r["cell"] for r in rows if r["status"] == "failed"], "standin": standin,
-               "charts": {k: {"title": v["title"], "series": v["series"]} for k, v in charts.items()},
+               "charts": {k: {"title": v["title"], "series": v["series"]} for k, v in drawn.items()},
                "compare": compare, "compare_name": compare_name, "pdf": pdf_res.get("pdf"), "files": sorted(files),
                "warnings": warnings}
     res.write_text(os.path.join(run_dir, "results.json"), json.dumps(

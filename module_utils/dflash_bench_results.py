@@ -86,7 +86,7 @@ def cell_record(run, entry, cell, measured=None, failure=None) -> dict:
            "concurrency": int(cell["concurrency"])}
     if failure:
         diag = failure.get("diagnosis") or {}
-        rec.update(status="failed", stage=failure.get("stage"), error=failure.get("msg"),
+        rec.update(status=failure.get("status", "failed"), stage=failure.get("stage"), error=failure.get("msg"),
                    diagnosis={k: diag.get(k) for k in ("cause", "summary", "remedy", "evidence") if diag.get(k)})
         return rec
     m = measured or {}
@@ -99,6 +99,65 @@ def cell_record(run, entry, cell, measured=None, failure=None) -> dict:
     if m.get("status") == "failed":
         rec["error"] = "; ".join(m.get("errors") or []) or "no request completed"
     return rec
+
+
+def start_failures(results, late=False, wave=()) -> dict:
+    """{configuration: {stage, status, msg, diagnosis}} of a wave's servers that did not come up, from the
+    async_status results of their dflash_wait calls (a server that passed is absent)."""
+    if late:
+        return {c["name"]: {"stage": "deadline", "status": "skipped",
+                            "msg": f"{c['name']}: not started: the run's deadline (dflash_bench_deadline) was reached"}
+                for c in wave}
+    out = {}
+    for r in results or []:
+        name = ((r.get("__dflash_bench_job") or {}).get("__dflash_bench_cfg") or {}).get("name")
+        if not name:
+            continue
+        if not r.get("finished"):
+            out[name] = {"stage": "start", "msg": f"{name}: no verdict before the start timeout"}
+            continue
+        if r.get("verdict") == "healthy" and not r.get("failed_instances") and not r.get("msg"):
+            continue
+        smoke = (r.get("smoke") or {}).get(name) or {}
+        inst = (r.get("instances") or {}).get(name) or {}
+        out[name] = {"stage": "smoke" if smoke and not smoke.get("passed") else "start",
+                     "msg": r.get("msg") or r.get("module_stderr") or f"{name}: {r.get('verdict')}",
+                     "diagnosis": inst.get("diagnosis")}
+    return out
+
+
+def wave_records(meta, configs, cells, measured, failures) -> list:
+    """The records of a wave's cells: measured (dflash_bench_measure loop results, one per configuration,
+    ``item`` = the configuration), or the configuration's failure, or skipped when nothing says more."""
+    by_cell = {}
+    for result in measured or []:
+        cfg = (result.get("__dflash_bench_cfg") or result.get("item") or {}).get("name")
+        got = result.get("cells") if isinstance(result.get("cells"), dict) else None
+        for cell in cells:
+            if cell["config"] != cfg:
+                continue
+            if got is not None and cell["id"] in got:
+                by_cell[cell["id"]] = ("measured", got[cell["id"]])
+            else:
+                why = result.get("msg") or result.get("module_stderr") or "the measurement returned nothing"
+                by_cell[cell["id"]] = ("failed", {"stage": "measure", "msg": str(why)[:2000]})
+    out = []
+    for cell in cells:
+        entry = configs.get(cell["config"]) or {"name": cell["config"]}
+        kind, value = by_cell.get(cell["id"], (None, None))
+        if cell["config"] in (failures or {}):
+            out.append(cell_record(meta, entry, cell, failure=failures[cell["config"]]))
+        elif kind == "measured" and value.get("status") == "skipped":
+            out.append(cell_record(meta, entry, cell, failure={"stage": "deadline", "status": "skipped",
+                                                              "msg": "; ".join(value.get("errors") or [])}))
+        elif kind == "measured":
+            out.append(cell_record(meta, entry, cell, measured=value))
+        elif kind == "failed":
+            out.append(cell_record(meta, entry, cell, failure=value))
+        else:
+            out.append(cell_record(meta, entry, cell, failure={"stage": "deadline", "status": "skipped",
+                                                              "msg": "not measured (the run's deadline)"}))
+    return out
 
 
 def row(rec) -> dict:
