@@ -91,10 +91,9 @@ def main():
             manifest = json.load(fh)
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"{host}: release {rid}: manifest.json unreadable: {exc}", leftovers=leftovers)
-    try:
-        configs = normalize(p["configurations"], p["sweep"], host)
-    except MatrixError as exc:
-        module.fail_json(msg="; ".join(exc.errors), errors=exc.errors, leftovers=leftovers)
+    # every error at once: the configurations that are well formed are planned (GPUs, ports, draft blocks)
+    # and their errors reported together with the malformed ones'
+    configs, errors = normalize(p["configurations"], p["sweep"], host, lenient=True)
     drafts = {c["draft_model_path"] for c in configs if c.get("draft_model_path")}
     for inst in (manifest.get("instances") or {}).values():
         d = get_flag([str(a) for a in inst.get("args") or []], "--speculative-draft-model-path")
@@ -105,9 +104,12 @@ def main():
                               "workloads", "concurrency", "start_timeout", "cell_timeout")}
     try:
         result = plan(host, manifest, release_path, configs, p["fingerprint"], facts["listeners"], facts["drafts"],
-                      opts)
+                      opts) if configs else None
     except MatrixError as exc:
-        module.fail_json(msg="; ".join(exc.errors), errors=exc.errors, leftovers=leftovers)
+        errors += exc.errors
+    if errors or result is None:
+        errors = errors or [f"{host}: dflash_bench_configurations: no configuration to benchmark"]
+        module.fail_json(msg="; ".join(errors), errors=errors, leftovers=leftovers)
     module.exit_json(changed=False, plan=result, leftovers=leftovers)
 
 

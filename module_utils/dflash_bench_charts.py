@@ -58,8 +58,10 @@ def throughput_chart(rows, path, standin=False):
                                                          3.6 * len(workloads) + 0.6), squeeze=False)
     series = []
     width = 0.8 / max(1, len(levels))
+    top_acc = max([r["accept_length"] for r in rows if r.get("accept_length")] or [1.0])
     for ax, wl in zip(axes[:, 0], workloads, strict=True):
         ax2 = ax.twinx()
+        ax2.set_ylim(0, top_acc * 1.35)
         for j, level in enumerate(levels):
             xs, ys, acc = [], [], []
             for i, cfg in enumerate(configs):
@@ -87,9 +89,10 @@ def throughput_chart(rows, path, standin=False):
         ax.set_xticklabels(configs, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("output tok/s")
         ax2.set_ylabel("accept length (tokens / verify step)")
-        ax2.set_ylim(bottom=0)
+        ax.set_ylim(0, (ax.get_ylim()[1] or 1) * 1.15)
         ax.set_title(f"{wl}: throughput and acceptance per configuration")
-        ax.legend(loc="upper left", fontsize=7)
+        handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, loc="upper left", fontsize=7)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return _finish(fig, path, "tok/s and accept length per configuration", series, standin)
 

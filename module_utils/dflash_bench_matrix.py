@@ -78,17 +78,19 @@ def sweep_configs(sweep) -> list:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
 
 
-def normalize(configurations, sweep=None, host="host") -> list:
+def normalize(configurations, sweep=None, host="host", lenient=False):
     """Configurations (declared + swept) with defaults applied and names given; raises MatrixError
-    listing every problem."""
+    listing every problem. ``lenient``: return (the configurations without a problem, the errors), so that
+    the caller can check those further and report everything at once."""
     errors = []
     raw = list(configurations or []) + sweep_configs(sweep)
     if isinstance(sweep, dict):
         for key in sorted(set(sweep) - set(SWEEP_KEYS)):
             errors.append(f"{host}: dflash_bench_sweep: field '{key}': not a sweep axis "
                           f"(axes: {', '.join(SWEEP_KEYS)})")
-    out, seen = [], {}
+    out, seen, bad = [], {}, set()
     for i, cfg in enumerate(raw):
+        n_errors = len(errors)
         where = f"{host}: {VAR}[{i}]"
         if not isinstance(cfg, dict):
             errors.append(f"{where}: must be a mapping, got {cfg!r}")
@@ -155,9 +157,13 @@ def normalize(configurations, sweep=None, host="host") -> list:
         if c.get("running") and any(c.get(k) is not None for k in ("budget", "attention_backend", "tp", "gpus")):
             errors.append(f"{where}: field 'running': a running instance is measured as it is; "
                           "budget/top-k/attention_backend/tp/gpus cannot be set with it")
+        if len(errors) > n_errors:
+            bad.add(len(out))
         out.append(c)
     if not out and not errors:
         errors.append(f"{host}: {VAR}: no configuration to benchmark")
+    if lenient:
+        return [c for k, c in enumerate(out) if k not in bad], errors
     if errors:
         raise MatrixError(errors)
     return out

@@ -43,6 +43,11 @@ def test_every_error_at_once_naming_host_configuration_and_field():
     assert len(errs) == 11
 
 
+def test_lenient_keeps_the_good_configurations_for_further_checks():
+    good, errs = mx.normalize([{"algorithm": "EAGLE"}, {"algorithm": "DDTREE", "budget": 31}], host="h", lenient=True)
+    assert [c["name"] for c in good] == ["ddtree-b31-k8"] and len(errs) == 1 and "'EAGLE'" in errs[0]
+
+
 def test_workload_and_concurrency_errors():
     assert mx.check_workloads(["seeds", "agent"], [1, 4]) == []
     errs = mx.check_workloads(["seeds", "chat"], [0, "x"], host="h")
