@@ -74,3 +74,27 @@ def test_base_instance_and_free_gpus():
     with pytest.raises(mx.MatrixError, match="'other' is not an instance of release"):
         run_plan([{"algorithm": "NONE"}], base_instance="other")
     assert bp.free_ports(LISTENERS, 30100, 30103, 2) == [30101, 30102]
+
+
+def test_h200_matrix_file():
+    """bench/gpu/bench_h200.yml planned against the H200 release and a busy GPU 0 (the production instance
+    holds it after the deploy): the CPU dry run of bench/gpu/bench_matrix.sh."""
+    import yaml
+
+    v = yaml.safe_load((ROOT / "bench/gpu/bench_h200.yml").read_text())
+    opts = {"workloads": v["dflash_bench_workloads"], "concurrency": v["dflash_bench_concurrency"],
+            "port_range": [30100, 30199], "parallel": v["dflash_bench_parallel"], "gpus": v["dflash_bench_gpus"],
+            "allow_busy_gpus": v["dflash_bench_allow_busy_gpus"], "extra_args": v["dflash_bench_extra_args"],
+            "start_timeout": v["dflash_bench_start_timeout"], "cell_timeout": v["dflash_bench_cell_timeout"],
+            "base_instance": v["dflash_bench_base_instance"]}
+    p = bp.plan("localhost", MANIFEST, "/opt/dflash/releases/x", mx.normalize(v["dflash_bench_configurations"]),
+                BUSY, LISTENERS, DRAFTS, opts)
+    assert [len(w) for w in p["waves"]] == [1, 11] and len(p["cells"]) == 12 * 2 * 2
+    started = p["configurations"][1:]
+    assert all(c["gpus"] == [0] for c in started) and len({c["port"] for c in started}) == 11
+    for c in started:
+        assert get_flag(c["args"], "--mem-fraction-static") == "0.95"
+        assert get_flag(c["args"], "--max-total-tokens") == "16384" and get_flag(c["args"], "--sleep-on-idle") is True
+    b31 = [c for c in started if c.get("budget") == 31]
+    assert len(b31) == 3 and all(c["block_size"] == 32 for c in b31)
+    assert p["lifetime_s"] == 330 + 40 * 4 * 11 + 120
