@@ -14,9 +14,7 @@ import http.client
 import json
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 try:
     from ansible.module_utils import dflash_bench_workloads as wl
@@ -91,30 +89,12 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers
     return rec
 
 
-def _get(url, timeout, headers=None):
-    """(status, JSON or text) of a GET; network errors raise SmokeError (dflash_smoke.http_json with headers)."""
-    if not headers:
-        return http_json("GET", url, None, timeout)
-    req = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    except (OSError, urllib.error.URLError) as exc:
-        raise SmokeError(f"GET {url}: {exc}") from exc
-    text = raw.decode("utf-8", "replace")
-    try:
-        return status, json.loads(text)
-    except ValueError:
-        return status, text
-
-
-def server_readings(base_url, timeout=10.0, headers=None) -> dict:
-    """/metrics (sglang:spec_accept_length and the counters) and /get_server_info, as far as they answer."""
+def server_readings(base_url, timeout=10.0) -> dict:
+    """/metrics (sglang:spec_accept_length and the counters) and /get_server_info, as far as they answer
+    (dflash_smoke.http_json: no api key is sent; the per-request figures come from /generate, which gets it)."""
     out = {}
     try:
-        status, text = _get(base_url + "/metrics", timeout, headers)
+        status, text = http_json("GET", base_url + "/metrics", None, timeout)
         if status == 200:
             m = parse_prometheus(text)
             out["metrics"] = {k.split(":", 1)[1]: v for k, v in m.items() if k.startswith("sglang:")
@@ -124,7 +104,7 @@ def server_readings(base_url, timeout=10.0, headers=None) -> dict:
     except SmokeError as exc:
         out["metrics_error"] = str(exc)
     try:
-        status, info = _get(base_url + "/get_server_info", timeout, headers)
+        status, info = http_json("GET", base_url + "/get_server_info", None, timeout)
         if status == 200 and isinstance(info, dict):
             states = info.get("internal_states") or [{}]
             out["server_info"] = {"version": info.get("version"), "lab_standin": bool(info.get("lab_standin")),
@@ -156,7 +136,7 @@ def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=ti
     hdr = auth_headers(api_key)
     t_begin = clock()
     deadline = t_begin + float(timeout)
-    before = server_readings(base_url, headers=hdr)
+    before = server_readings(base_url)
     warm = stream_generate(base_url, {"text": wl.chatml([{"role": "user", "content": "Hello"}]),
                                       "sampling_params": wl.sampling(8)}, min(60.0, float(timeout)), headers=hdr)
     results, lock = [], threading.Lock()
@@ -203,7 +183,7 @@ def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=ti
     for th in threads:
         th.join(max(0.0, left()) + 5.0)
     wall = clock() - t0
-    after = server_readings(base_url, headers=hdr)
+    after = server_readings(base_url)
     for rec in results:
         rec.pop("text", None)
     results.sort(key=lambda r: (r.get("worker", 0), r.get("label", "")))

@@ -2,8 +2,6 @@
 /generate, per-request acceptance, the agentic workload's growing conversation and prefix reuse,
 bounds, failures; and the cell figures against numpy's percentiles."""
 
-import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +12,7 @@ import dflash_bench_stats as st
 import dflash_bench_workloads as wl
 import numpy as np
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from test_standin import STANDIN, free_port
 
 
 def start_standin(*flags, env=None):
