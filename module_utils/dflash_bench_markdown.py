@@ -50,7 +50,8 @@ def render(run, rows, configs, charts, compare=None, compare_name=None, workload
         (f"- host: `{run.get('host')}`, release `{rel.get('id')}` (sglang {rel.get('sglang') or '?'}, "
         f"patches: {', '.join(rel.get('patches') or []) or 'none'})"),
         f"- fingerprint digest: `{rel.get('fingerprint_digest')}`"
-        + ("" if rel.get("fingerprint_digest_now") in (None, rel.get("fingerprint_digest"))
+        + ("" if None in (rel.get("fingerprint_digest_now"), rel.get("fingerprint_digest"))
+           or rel.get("fingerprint_digest_now") == rel.get("fingerprint_digest")
            else f" (the host's now: `{rel.get('fingerprint_digest_now')}`: it changed since the deploy)"),
         f"- base instance: `{run.get('base_instance')}`; toolkit {(rel.get('toolkit') or {}).get('revision', '?')}",
         f"- started {run.get('started')}, finished {run.get('finished') or '(not finished)'}",

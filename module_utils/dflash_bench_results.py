@@ -177,7 +177,8 @@ def row(rec) -> dict:
         "concurrency": rec.get("concurrency"), "status": rec.get("status"),
         "output_tok_s": s.get("output_tok_s"), "accept_length": s.get("accept_length"),
         "spec_verify_ct": s.get("spec_verify_ct"),
-        "accept_length_metrics": (after.get("metrics") or {}).get("spec_accept_length"),
+        "accept_length_metrics": None if cfg.get("algorithm") == "NONE"
+        else (after.get("metrics") or {}).get("spec_accept_length"),
         "accept_length_server": (after.get("server_info") or {}).get("avg_spec_accept_length"),
         "ttft_p50_ms": s.get("ttft_p50_ms"), "ttft_p99_ms": s.get("ttft_p99_ms"), "itl_p50_ms": s.get("itl_p50_ms"),
         "itl_p99_ms": s.get("itl_p99_ms"), "e2e_p50_ms": s.get("e2e_p50_ms"), "requests": s.get("requests"),

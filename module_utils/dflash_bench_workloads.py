@@ -73,8 +73,9 @@ def seeds_requests(concurrency, max_tokens=256) -> list:
 
 
 def random_requests(concurrency, input_len=256, output_len=256, per_slot=2, seed=0) -> list:
-    """``per_slot`` x concurrency requests of ``input_len`` random token ids, ``output_len`` new tokens."""
-    rng = random.Random(f"dflash-bench-random|{seed}|{input_len}")
+    """``per_slot`` x concurrency requests of ``input_len`` random token ids, ``output_len`` new tokens
+    (other ids at each concurrency level: a cell does not find the previous cell's prompts in the cache)."""
+    rng = random.Random(f"dflash-bench-random|{seed}|{input_len}|{concurrency}")
     out = []
     for i in range(int(per_slot) * int(concurrency)):
         ids = [rng.randrange(TOKEN_LOW, TOKEN_HIGH) for _ in range(int(input_len))]
