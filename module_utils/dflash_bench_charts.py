@@ -119,6 +119,7 @@ def heatmap_chart(rows, path, standin=False):
                 grid[budgets.index(int(r["budget"]))][topks.index(int(r["topk"]))] = r
         vals = [[(c or {}).get("output_tok_s") or 0.0 for c in line] for line in grid]
         im = ax.imshow(vals, cmap="viridis", aspect="auto", origin="lower")
+        lo, hi = min(min(v) for v in vals), max(max(v) for v in vals)
         for bi, line in enumerate(grid):
             for ki, c in enumerate(line):
                 if c is None:
@@ -128,7 +129,8 @@ def heatmap_chart(rows, path, standin=False):
                 else:
                     acc = c.get("accept_length")
                     text = f"{c['output_tok_s']:.0f}\nacc {acc:.2f}" if acc is not None else f"{c['output_tok_s']:.0f}"
-                ax.text(ki, bi, text, ha="center", va="center", color="white", fontsize=8)
+                light = hi > lo and (vals[bi][ki] - lo) / (hi - lo) > 0.6  # viridis is yellow at the top
+                ax.text(ki, bi, text, ha="center", va="center", color="black" if light else "white", fontsize=8)
         ax.set_xticks(range(len(topks)))
         ax.set_xticklabels([str(k) for k in topks])
         ax.set_yticks(range(len(budgets)))
