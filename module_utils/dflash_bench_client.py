@@ -33,9 +33,10 @@ def auth_headers(api_key=None) -> dict:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers=None) -> dict:
+def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers=None, left=None) -> dict:
     """POST /generate with stream; -> {ok, ttft, itl, latency, completion_tokens, prompt_tokens,
-    cached_tokens, chunks, spec_*, finish_reason, text, error}."""
+    cached_tokens, chunks, spec_*, finish_reason, text, error}. ``left()``: seconds left to the cell's end;
+    at 0 the stream is abandoned mid-way (the request counts as failed: "cell time limit")."""
     u = urllib.parse.urlsplit(base_url)
     body = json.dumps(dict(payload, stream=True)).encode()
     rec = {"ok": False, "ttft": None, "itl": [], "chunks": 0, "completion_tokens": 0}
@@ -58,6 +59,9 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers
             data = line[5:].strip()
             if data == b"[DONE]":
                 break
+            if left is not None and left() <= 0:
+                rec["error"] = "cell time limit (stopped mid-stream)"
+                break
             chunk = json.loads(data)
             now = clock()
             meta = chunk.get("meta_info") or meta
@@ -70,8 +74,8 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers
                 else:
                     rec["itl"].extend([(now - last_t) / (n - last_n)] * (n - last_n))
                 last_t, last_n = now, n
-        rec.update(ok=last_n > 0, completion_tokens=last_n, latency=clock() - t0)
-        if last_n == 0:
+        rec.update(ok=last_n > 0 and "error" not in rec, completion_tokens=last_n, latency=clock() - t0)
+        if last_n == 0 and "error" not in rec:
             rec["error"] = "the stream ended without tokens"
     except (OSError, ValueError, http.client.HTTPException) as exc:
         rec["error"] = f"{exc.__class__.__name__}: {exc}"
@@ -154,7 +158,7 @@ def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=ti
             if left() <= 0:
                 record(item["label"], {"ok": False, "skipped": True, "error": "cell time limit"}, w)
                 continue
-            record(item["label"], stream_generate(base_url, item["payload"], left(), headers=hdr), w)
+            record(item["label"], stream_generate(base_url, item["payload"], left(), headers=hdr, left=left), w)
 
     def worker_agent(w):
         a = opts.get("agent") or {}
@@ -164,7 +168,8 @@ def run_cell(base_url, workload, concurrency, opts=None, timeout=120.0, clock=ti
             if left() <= 0:
                 record(label, {"ok": False, "skipped": True, "error": "cell time limit"}, w)
                 continue
-            rec = stream_generate(base_url, wl.agent_payload(messages, a.get("max_tokens", 64)), left(), headers=hdr)
+            rec = stream_generate(base_url, wl.agent_payload(messages, a.get("max_tokens", 64)), left(), headers=hdr,
+                                  left=left)
             reply = rec.get("text") or ""
             rec["turn"] = turn
             record(label, rec, w)
