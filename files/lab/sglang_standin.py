@@ -17,6 +17,12 @@ endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministicall
                                       with --speculative-algorithm, spec_verify_ct,
                                       spec_accept_length, spec_accept_rate, spec_accepted_drafts,
                                       spec_proposed_drafts, spec_accept_histogram
+                                      "stream": true -> SSE chunks as sglang sends them (cumulative
+                                      text and completion_tokens; spec fields on the last chunk),
+                                      one chunk per verify step (per token without speculation),
+                                      DFLASH_STANDIN_STEP_DELAY seconds apart (default 0.002, for the
+                                      benchmark: STAND-IN TIMINGS, NOT A MODEL'S), meta_info
+                                      "lab_standin": true; cached_tokens from a small prefix cache
 
 Fault injection (environment, e.g. from the instance's `env` in the inventory):
   DFLASH_STANDIN_FAULT=crash  print DFLASH_STANDIN_FAULT_LOG (a file, or a cause name whose log is
@@ -315,8 +321,19 @@ def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reas
     }
 
 
-def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
-    """Speculative-decoding meta_info the way sglang 0.5.11 reports it (deterministic)."""
+def spec_steps(draft: int, completion_tokens: int, seed_material: str) -> list[int]:
+    """Accepted drafts of each verify step (deterministic); each step also yields the bonus token."""
+    rng = random.Random(hashlib.sha256(seed_material.encode()).hexdigest())
+    remaining, steps = completion_tokens, []
+    while remaining > 0:
+        drafts = max(0, min(rng.choice((1, 2, 2, 3, 3, 4, 5, 6)), draft - 1, remaining - 1))
+        steps.append(drafts)
+        remaining -= drafts + 1
+    return steps
+
+
+def spec_draft(args: dict) -> int:
+    """Tokens a verify step proposes: the draft block (DDTREE: the tree budget plus the root)."""
     algo = args.get("speculative_algorithm")
     draft = (args.get("speculative_num_draft_tokens") or args.get("speculative_dflash_block_size")
              or args.get("speculative_ddtree_budget") or 16)
@@ -326,15 +343,16 @@ def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
         draft = 16
     if algo == "DDTREE":
         draft = min(draft + 1, 65)  # the tree budget plus the root
-    rng = random.Random(hashlib.sha256(seed_material.encode()).hexdigest())
-    remaining, verify_ct, accepted, hist = completion_tokens, 0, 0, [0] * draft
-    while remaining > 0:
-        drafts = min(rng.choice((1, 2, 2, 3, 3, 4, 5, 6)), draft - 1, remaining - 1)
-        drafts = max(0, drafts)
-        verify_ct += 1
-        accepted += drafts
+    return draft
+
+
+def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
+    """Speculative-decoding meta_info the way sglang 0.5.11 reports it (deterministic)."""
+    draft = spec_draft(args)
+    steps = spec_steps(draft, completion_tokens, seed_material)
+    verify_ct, accepted, hist = len(steps), sum(steps), [0] * draft
+    for drafts in steps:
         hist[drafts] += 1
-        remaining -= drafts + 1
     proposed = verify_ct * (draft - 1)
     if verify_ct == 0:
         return {}
@@ -366,6 +384,25 @@ class State:
         self.last_accept_length = 0.0
         self.last_accept_rate = 0.0
         self.context_len = int(args.get("context_length") or 32768)
+        self.prefixes: list[list[str]] = []  # recent prompts: the stand-in's prefix cache (cached_tokens)
+        try:
+            self.step_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_STEP_DELAY") or 0.002))
+        except ValueError:
+            self.step_delay = 0.002
+
+    def cached(self, pieces: list[str]) -> int:
+        """Tokens of this prompt's longest prefix shared with a recent prompt (what a radix cache reuses)."""
+        with self.lock:
+            best = 0
+            for old in self.prefixes:
+                n = 0
+                for a, b in zip(old, pieces):
+                    if a != b:
+                        break
+                    n += 1
+                best = max(best, n)
+            self.prefixes = (self.prefixes + [list(pieces)])[-64:]
+        return min(best, max(0, len(pieces) - 1))
 
     def healthy(self) -> bool:
         if self.fault == "hang":
@@ -602,8 +639,41 @@ class Handler(BaseHTTPRequestHandler):
         out = self._generate_one(body)
         if isinstance(out, str):
             self._error(400, out)
+        elif body.get("stream"):
+            self._stream_generate(out, body)
         else:
             self._json(200, out)
+
+    def _stream_generate(self, out: dict, body: dict) -> None:
+        """SSE like sglang's /generate stream: cumulative text and completion_tokens per chunk, the spec
+        fields on the last one. One chunk per verify step (per token without speculation), paced by
+        DFLASH_STANDIN_STEP_DELAY: stand-in timings for the benchmark's plumbing, not a model's."""
+        st = self.state
+        meta, pieces = out["meta_info"], tokens_of(out["text"]) or [""] * len(out["output_ids"])
+        total = meta["completion_tokens"]
+        draft = spec_draft(st.args) if "spec_verify_ct" in meta else 1
+        steps = (spec_steps(draft, total, meta.pop("_material")) if "spec_verify_ct" in meta
+                 else [0] * total)
+        meta.pop("_material", None)
+        delay = st.step_delay * (1 + draft / 32.0)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        done = 0
+        for i, drafts in enumerate(steps):
+            time.sleep(delay)
+            done = min(total, done + drafts + 1)
+            last = i == len(steps) - 1
+            chunk_meta = dict(meta) if last else {k: v for k, v in meta.items() if not k.startswith("spec_")}
+            chunk_meta.update(completion_tokens=done, lab_standin=True)
+            if not last:
+                chunk_meta["finish_reason"] = None
+            text = "".join(pieces[:done]) if len(pieces) >= total else out["text"]
+            chunk = {"text": text, "output_ids": out["output_ids"][:done], "meta_info": chunk_meta}
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
 
     def _generate_one(self, body: dict):
         st = self.state
@@ -634,12 +704,15 @@ class Handler(BaseHTTPRequestHandler):
                   else {"type": "stop", "matched": EOS_TOKEN_ID})
         meta = {"id": rid, "finish_reason": finish, "prompt_tokens": prompt_tokens,
                 "weight_version": st.args.get("weight_version", "default"), "total_retractions": 0,
-                "reasoning_tokens": 0, "completion_tokens": completion, "cached_tokens": 0,
+                "reasoning_tokens": 0, "completion_tokens": completion,
+                "cached_tokens": st.cached(tokens_of(text) if ids is None else [str(i) for i in ids]),
                 "e2e_latency": round(0.002 * completion, 6)}
         spec = {}
         if st.spec_enabled() and completion > 0:
             spec = spec_meta(st.args, completion, f"{prompt}|{completion}")
             meta.update(spec)
+            if body.get("stream"):
+                meta["_material"] = f"{prompt}|{completion}"  # the stream's verify steps (taken out there)
         st.account(prompt_tokens, completion, spec)
         return {"text": "" if st.args.get("skip_tokenizer_init") else (res["content"] or ""),
                 "output_ids": token_ids(res["pieces"]), "meta_info": meta}
