@@ -16,6 +16,8 @@
 # /opt/torch/.venv). The patch series of files/patches/sglang/0.5.11 is applied to a copy of the
 # bundle's sglang with module_utils/dflash_patch.py and put first on PYTHONPATH.
 # Lead's command:  run(command="bash bench/gpu/ddtree_e2e.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+# DDTREE_DRIVER=bench/gpu/ddtree_speed.py runs that driver instead (bench/gpu/ddtree_speed.sh), results in
+# $OUT/$DDTREE_OUT_NAME.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ddtree-out}
@@ -23,8 +25,10 @@ PY=${PY:-/opt/torch/.venv/bin/python}
 [ -x "$PY" ] || PY=$(command -v python3)
 WORK=${WORK:-/root/ddtree-e2e}
 SITE=${SITE:-/root/site}
-mkdir -p "$OUT/ddtree" "$WORK"
-exec > >(tee "$OUT/ddtree/run.log") 2>&1
+DRIVER=${DDTREE_DRIVER:-bench/gpu/ddtree_e2e.py}
+RES="$OUT/${DDTREE_OUT_NAME:-ddtree}"
+mkdir -p "$RES" "$WORK"
+exec > >(tee "$RES/run.log") 2>&1
 echo "[e2e] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
 
@@ -42,7 +46,7 @@ if [ ! -d "$SITE/sglang" ]; then
   mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz
 fi
 "$PY" bench/gpu/ddtree_e2e.py prepare --site "$SITE" --work "$WORK" \
-  --series files/patches/sglang/0.5.11 --out "$OUT/ddtree"
+  --series files/patches/sglang/0.5.11 --out "$RES"
 export PYTHONPATH="$WORK/tree:$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 if [ -n "${DRYRUN:-}" ]; then
   # CPU dry run of the orchestration: the stand-in server of bench/gpu/ddtree_dryrun answers instead of
@@ -52,4 +56,4 @@ if [ -n "${DRYRUN:-}" ]; then
   export PYTHONPATH="$PWD/bench/gpu/ddtree_dryrun:$PYTHONPATH"
 fi
 "$PY" -m py_compile "$WORK"/tree/sglang/srt/speculative/ddtree_*.py "$WORK"/tree/sglang/srt/speculative/dflash_worker.py
-"$PY" bench/gpu/ddtree_e2e.py run --work "$WORK" --out "$OUT/ddtree" --deadline-s "${DEADLINE_S:-520}"
+"$PY" "$DRIVER" run --work "$WORK" --out "$RES" --deadline-s "${DEADLINE_S:-520}"
