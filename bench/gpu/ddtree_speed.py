@@ -28,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ddtree_e2e as e2e  # noqa: E402  (Server, oracle file, prompts, prepare)
+import ddtree_e2e as e2e  # Server, oracle file, prompts, prepare
 
 RANKS_MATCH = e2e.RANKS_MATCH
 RANKS_BRANCH = e2e.RANKS_BRANCH
@@ -226,9 +226,8 @@ def _fmt(s):
 
 def write_markdown(summary, path):
     sm = summary.get("summary") or {}
-    lines = [f"# DDTREE vs DFLASH step cost on the GPU machine ({summary['started']})", "",
-             f"elapsed {summary.get('elapsed_s')} s, {len(summary['rounds'])} rounds; "
-             "values are median [min, max] over rounds", "", "## Servers", "",
+    head = f"elapsed {summary.get('elapsed_s')} s, {len(summary['rounds'])} rounds; values: median [min, max]"
+    lines = [f"# DDTREE vs DFLASH step cost on the GPU machine ({summary['started']})", "", head, "", "## Servers", "",
              "| server | healthy after (s) | error | env | args |", "|---|---|---|---|---|"]  # fmt: skip
     for name, s in summary["servers"].items():
         args = " ".join(a for a in s["cmd"] if not a.startswith("/"))
