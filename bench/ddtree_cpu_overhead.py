@@ -15,7 +15,6 @@ usage: .venv/bin/python bench/ddtree_cpu_overhead.py [--repeat 50] [--quick]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import platform
 import statistics
 import sys
@@ -34,15 +33,9 @@ HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select"}
 
 
 def load(rel, name):
-    from test_ddtree_utils import PATCH, new_file_from_patch
+    from test_ddtree_utils import load_from_patch
 
-    path = Path(tempfile.mkdtemp(prefix="ddtree-bench-")) / Path(rel).name
-    path.write_text(new_file_from_patch(PATCH, rel), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_from_patch(rel, name, tempfile.mkdtemp(prefix="ddtree-bench-"))
 
 
 class Kernels(TorchDispatchMode):

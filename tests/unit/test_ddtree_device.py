@@ -10,7 +10,6 @@ graph (torch.compile fullgraph), and it dispatches the same operators for any in
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import sys
@@ -21,29 +20,19 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_ddtree_utils import PATCH, TARGET, brute_force, new_file_from_patch
+from test_ddtree_utils import TARGET, brute_force, load_from_patch
 
 DEVICE_TARGET = "sglang/srt/speculative/ddtree_device.py"
 
 
-def _load(tmp_path_factory, rel, name):
-    path = tmp_path_factory.mktemp(name) / Path(rel).name
-    path.write_text(new_file_from_patch(PATCH, rel), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def du(tmp_path_factory):
-    return _load(tmp_path_factory, TARGET, "ddtree_utils_ref")
+    return load_from_patch(TARGET, "ddtree_utils_ref", tmp_path_factory.mktemp("ref"))
 
 
 @pytest.fixture(scope="module")
 def dd(tmp_path_factory):
-    return _load(tmp_path_factory, DEVICE_TARGET, "ddtree_device_under_test")
+    return load_from_patch(DEVICE_TARGET, "ddtree_device_under_test", tmp_path_factory.mktemp("device"))
 
 
 L = math.log
