@@ -13,6 +13,8 @@ Rounds (ROUNDS, default 5; the order of servers turns every round so drift does 
   phases    SGLANG_DFLASH_STEP_TIMING on: per decode step draft / tree (build, mask, slots) / target
             verify forward / accept+commit / draft KV append, median ms (1 prompt x 128, batch 1)
   branch    oracle ranks [0,1,0,...] (the right token is the 2nd choice at depth 2): dflash vs t15
+First, before any server starts: the device build on the GPU against the host reference (random and
+tied distributions, eager and CUDA-graph) and its cost alone (ms per build, eager vs graph replay).
 Summary ($OUT/ddtree-speed/summary.{md,json}): per round and median [min, max] over rounds of tok/s,
 DDTREE/DFLASH (paired within a round), tree/linear target forward at 16 (t15/dflash) and 32
 (t31/dflash32) tokens, the phase table, and the goals of issue #13 beside them.
@@ -21,6 +23,7 @@ DDTREE/DFLASH (paired within a round), tree/linear target forward at 16 (t15/dfl
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -100,6 +103,87 @@ def phases(srv):
     return out
 
 
+def _mask_walk_commit(dd, tree, prefix, commit):
+    dd.tree_mask_flat(tree.ancestors, prefix, [700] * len(commit))
+    path = dd.accept_walk(tree, tree.tokens)[0]
+    return dd.commit_indexes(path, commit, [1] * len(commit))
+
+
+def _median_ms(fn, dev, n=50):
+    import torch
+
+    for _ in range(3):
+        fn()
+    ms = []
+    for _ in range(n):
+        if dev == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ms.append(a.elapsed_time(b))
+        else:
+            t = time.perf_counter()
+            fn()
+            ms.append((time.perf_counter() - t) * 1e3)
+    return round(statistics.median(ms), 4)
+
+
+def device_check(tree_dir):
+    """The device build on this machine's GPU against the host reference, and its cost alone.
+
+    Random and tied draft distributions (the oracle's profile, flat rows), eager and through
+    TreeBuilder's CUDA graph; then ms per build (eager vs graph replay, inputs copied in) and per
+    mask + walk + commit, median of 50, CUDA events. Seconds of device time."""
+    import importlib.util
+
+    import torch
+
+    mods = {}
+    for name in ("ddtree_utils", "ddtree_device"):
+        path = os.path.join(tree_dir, "sglang", "srt", "speculative", f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"{name}_speed", path)
+        mods[name] = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mods[name]
+        spec.loader.exec_module(mods[name])
+    du, dd = mods["ddtree_utils"], mods["ddtree_device"]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(0)
+    bad, cases = [], 0
+    builder = dd.TreeBuilder(15)
+    for trial in range(60):
+        bs, depth, k = 1 + trial % 4, 15, 8
+        if trial % 3 == 0:
+            lp = torch.tensor(du.DEFAULT_ORACLE_PROFILE[:k]).expand(bs, depth, k).clone()
+        elif trial % 3 == 1:
+            lp = torch.full((bs, depth, k), -2.0794)
+        else:
+            lp = torch.log_softmax(torch.randn(bs, depth, 500, generator=g) * 2, -1).topk(k, -1).values
+        tk = torch.stack([torch.randperm(1000, generator=g)[:k] for _ in range(bs * depth)]).view(bs, depth, k)
+        ref = du.build_tree_batch(list(range(bs)), lp, tk, 15, k)
+        args = (lp.to(dev), tk.to(dev), torch.arange(bs, device=dev))
+        for label, tree in (("eager", dd.build_tree_device(*args, 15, k)),
+                            ("graph", builder.build(*args, torch.zeros(bs, dtype=torch.int64, device=dev), k))):
+            cases += 1
+            if not all(torch.equal(getattr(tree, f).cpu(), getattr(ref, f)) for f in ("tokens", "parents", "depths", "ancestors")):
+                bad.append({"trial": trial, "path": label})
+    timing = {}
+    for bs, budget in ((1, 15), (4, 15), (1, 31), (4, 31)):
+        lp, tk = torch.log_softmax(torch.randn(bs, budget, 500, generator=g), -1).topk(8, -1)
+        lp, tk, roots, pre = lp.to(dev), tk.to(dev), torch.arange(bs, device=dev), torch.full((bs,), 700, device=dev)
+        tree = dd.build_tree_device(lp, tk, roots, budget, 8, pre)
+        ones = torch.ones(bs, dtype=torch.int64, device=dev)
+        runs = {
+            "eager_build": functools.partial(dd.build_tree_device, lp, tk, roots, budget, 8, pre),
+            "graph_build": functools.partial(dd.TreeBuilder(budget).build, lp, tk, roots, pre, 8),
+            "mask_walk_commit": functools.partial(_mask_walk_commit, dd, tree, pre, ones),
+        }
+        for name, fn in runs.items():
+            timing[f"bs{bs} b{budget} {name}"] = _median_ms(fn, dev)
+    return {"device": dev, "cases": cases, "mismatches": bad, "ms": timing}
+
+
 def ratio(a, b):
     return round(a / b, 4) if a and b else None
 
@@ -128,6 +212,11 @@ def run(args):
         write_markdown(summary, os.path.join(args.out, "summary.md"))
 
     try:
+        try:  # before any server holds the GPU
+            summary["device_check"] = device_check(os.path.join(args.work, "tree"))
+        except Exception as err:  # noqa: BLE001 - a result too; the servers still run
+            summary["device_check"] = {"error": f"{type(err).__name__}: {err}"}
+        save()
         for s in srvs:  # staggered: the next starts once this one has sized its KV pool
             start(s, oracle_path)
             t = time.time()
@@ -232,6 +321,11 @@ def write_markdown(summary, path):
     for name, s in summary["servers"].items():
         args = " ".join(a for a in s["cmd"] if not a.startswith("/"))
         lines.append(f"| {name} | {s['healthy_after_s']} | {s['error'] or ''} | {s['env'] or ''} | `{args}` |")
+    chk = summary.get("device_check") or {}
+    lines += ["", "## Device tree build on this machine (against the host reference; ms median of 50)", "",
+              f"device {chk.get('device')}, {chk.get('cases')} cases, mismatches {chk.get('mismatches')} {chk.get('error', '')}",
+              ""]  # fmt: skip
+    lines += [f"- {k}: {v} ms" for k, v in (chk.get("ms") or {}).items()]
     lines += ["", "## Ratios (paired within each round)", "", "| ratio | median [min, max] | per round | goal |",
               "|---|---|---|---|"]  # fmt: skip
     goals = {"t15/dflash tok/s": ">= 1.0", "t31/dflash tok/s": ">= 1.0",
