@@ -10,7 +10,6 @@ graph (torch.compile fullgraph), and it dispatches the same operators for any in
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import sys
@@ -21,29 +20,19 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_ddtree_utils import PATCH, TARGET, brute_force, new_file_from_patch
+from test_ddtree_utils import TARGET, brute_force, load_from_patch
 
 DEVICE_TARGET = "sglang/srt/speculative/ddtree_device.py"
 
 
-def _load(tmp_path_factory, rel, name):
-    path = tmp_path_factory.mktemp(name) / Path(rel).name
-    path.write_text(new_file_from_patch(PATCH, rel), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def du(tmp_path_factory):
-    return _load(tmp_path_factory, TARGET, "ddtree_utils_ref")
+    return load_from_patch(TARGET, "ddtree_utils_ref", tmp_path_factory.mktemp("ref"))
 
 
 @pytest.fixture(scope="module")
 def dd(tmp_path_factory):
-    return _load(tmp_path_factory, DEVICE_TARGET, "ddtree_device_under_test")
+    return load_from_patch(DEVICE_TARGET, "ddtree_device_under_test", tmp_path_factory.mktemp("device"))
 
 
 L = math.log
@@ -323,6 +312,7 @@ def test_the_build_dispatches_the_same_operators_for_any_values(dd):
     g = torch.Generator().manual_seed(11)
     inputs = [random_topk(g, 3, 9, 4)[0], torch.full((3, 9, 4), L(0.25)), torch.full((3, 9, 4), float("-inf"))]
     tk = random_topk(g, 3, 9, 4)[1]
+    dd.build_tree_device(inputs[0], tk, torch.tensor([1, 2, 3]), 12, 4)  # a shape's first build makes its templates
     seqs = []
     for lp in inputs:
         with Record() as rec:

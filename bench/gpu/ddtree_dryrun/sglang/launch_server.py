@@ -104,6 +104,8 @@ class H(BaseHTTPRequestHandler):
                                     "cuda_graph": True,
                                     "accepted": 2,
                                     "prepare_ms": 1.0,
+                                    "draft_ms": 0.7,
+                                    "tree_ms": 0.3,
                                     "target_ms": 2.0 + W / 100,
                                     "verify_ms": 0.3,
                                     "draft_append_ms": 0.2,
