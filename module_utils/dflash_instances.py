@@ -19,6 +19,28 @@ try:  # the unit of a process (cgroup, or runner-managed on hosts without system
     from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
 except ImportError:
     from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
+try:  # flags against the parser, env, secrets, bind address, resolved paths (dflash_checks.py)
+    from ansible.module_utils.dflash_checks import (
+        check_env,
+        check_flags,
+        check_secrets,
+        current_conflicts,
+        host_error,
+        resolved_path_problem,
+    )
+    from ansible.module_utils.dflash_diskspace import free_space
+    from ansible.module_utils.dflash_secrets import instance_secrets, is_secret_env
+except ImportError:
+    from dflash_checks import (
+        check_env,
+        check_flags,
+        check_secrets,
+        current_conflicts,
+        host_error,
+        resolved_path_problem,
+    )
+    from dflash_diskspace import free_space
+    from dflash_secrets import instance_secrets, is_secret_env
 
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
@@ -27,12 +49,11 @@ DEFAULT_BLOCK_SIZE = 16
 PORT_MIN = 1024  # the unit runs as a non-root user without CAP_NET_BIND_SERVICE
 PORT_MAX = 65535
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,47}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
-    "pin_flags", "disabled_rules", "model_source",
+    "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key",
 }
 DDTREE_KEYS = {"budget", "topk", "mode"}
 DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
@@ -168,13 +189,16 @@ def is_ours(listener, service_user="sglang"):
 
 
 def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), host_disabled_rules=(),
-                       protect_home=True, gpu_checker=None, service_user="sglang"):
+                       protect_home=True, gpu_checker=None, service_user="sglang", server_flags=None,
+                       sglang_version="0.5.11", prefix=None, removed=()):
     """All placement errors for one host, each naming host, instance and field. [] = valid.
 
     host_facts: what library/dflash_instances_facts.py gathered on the host:
-      {listeners: [{port, addr, pid, comm, unit}], paths: {path: {exists, isdir, ...}},
-       drafts: {path: {block_size, block_size_source, error}}}
+      {listeners: [{port, addr, pid, comm, unit}], paths: {path: {exists, isdir, realpath, ...}},
+       drafts: {path: {block_size, block_size_source, error}}, current: {id, instances: {name: {port, gpus}}}}
     gpu_checker: check_requested_gpus(fingerprint, requests) from dflash_fingerprint.
+    server_flags: {flag: (dest, kind)} of the pinned sglang (dflash_server_flags), None = not checked.
+    removed: instances the user asked to remove (their ports and GPUs are free after the activation).
     """
     errors = []
     host_facts = host_facts or {}
@@ -215,6 +239,8 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         elif name.startswith("stage-"):
             add("name", f"'{name}' must not start with 'stage-' (dflash-stage-*.service are the "
                         "model staging units)")
+        elif name == "guard":
+            add("name", "'guard' is taken: dflash-guard.service is the toolkit's boot guard")
         elif name in names:
             add("name", f"duplicate name '{name}' (also instance #{names[name] + 1})")
         else:
@@ -280,12 +306,20 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             if not isinstance(path, str) or not path.startswith("/"):
                 add(field, f"must be an absolute path, got {path!r}")
                 continue
-            if any(c.isspace() for c in path):
-                add(field, f"{path!r} contains whitespace, which cannot be passed through $DFLASH_ARGS")
+            if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in path):
+                add(field, f"{path!r} contains whitespace or a control character, which cannot be passed "
+                           "through $DFLASH_ARGS")
                 continue
-            if protect_home and path.startswith(HOME_PREFIXES):
-                add(field, f"{path} is under /home, /root or /run/user, which the hardened unit cannot "
-                           "see (ProtectHome=yes); move it or set dflash_instances_protect_home: false")
+            problem = resolved_path_problem(field, path, (paths.get(path) or {}).get("realpath"), protect_home,
+                                            HOME_PREFIXES, prefix,
+                                            staged=field == "model_path" and bool(raw.get("model_source")),
+                                            tmpfs_prefixes=TMPFS_PREFIXES)
+            if problem:
+                if problem.startswith("model_source: "):
+                    add("model_source", problem[len("model_source: "):])
+                else:
+                    add(field, problem)
+                continue
             if field == "model_path" and raw.get("model_source"):
                 continue  # staged by dflash-stage-<name>.service: may be absent now (e.g. after a reboot)
             pf = paths.get(path)
@@ -295,9 +329,6 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                 add(field, f"{path} does not exist on the host")
             elif not pf.get("isdir"):
                 add(field, f"{path} is not a directory")
-        if raw.get("model_source") and not str(model or "").startswith(TMPFS_PREFIXES):
-            add("model_source", f"is only used to stage a model onto tmpfs; model_path {model} is not under "
-                                f"{' or '.join(TMPFS_PREFIXES)}")
 
         # ddtree
         dd = inst["ddtree"]
@@ -347,9 +378,6 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             elif str(arg) == "" or any(c.isspace() for c in str(arg)):
                 add(f"extra_args[{i}]", f"{str(arg)!r} is empty or contains whitespace: give each argument as "
                                         "its own list item (the unit passes them through $DFLASH_ARGS)")
-        for flag in split_flags([str(a) for a in extra]):
-            if flag in MANAGED_FLAGS:
-                add("extra_args", f"{flag} is set from the field '{MANAGED_FLAGS[flag]}'; set that field instead")
         pins = raw.get("pin_flags") or {}
         if not isinstance(pins, dict):
             add("pin_flags", f"must be a mapping {{flag: value}}, got {pins!r}")
@@ -357,21 +385,22 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         for flag, value in pins.items():
             if not isinstance(flag, str) or not flag.startswith("--") or any(c.isspace() for c in flag):
                 add("pin_flags", f"{flag!r} is not a flag (it must start with '--' and have no whitespace)")
-            elif flag in MANAGED_FLAGS:
-                add(f"pin_flags.{flag}", f"is set from the field '{MANAGED_FLAGS[flag]}'; set that field instead")
             elif value is not None and not isinstance(value, bool) and any(c.isspace() for c in str(value)):
                 add(f"pin_flags.{flag}", f"value {str(value)!r} contains whitespace")
+        check_flags({"extra_args": [a for a in extra if isinstance(a, (str, int, float))],
+                     "pin_flags": {k: v for k, v in pins.items() if isinstance(k, str) and k.startswith("--")}},
+                    add, server_flags, sglang_version, MANAGED_FLAGS)
         env = raw.get("env") or {}
         if not isinstance(env, dict):
-            add("env", f"must be a mapping, got {env!r}")
+            add("env", f"must be a mapping of variable names to strings, got a {type(env).__name__}")
             env = {}
-        for key, value in env.items():
-            if not isinstance(key, str) or not ENV_NAME_RE.match(key):
-                add("env", f"{key!r} is not a valid environment variable name")
-            elif key in MANAGED_ENV:
-                add(f"env.{key}", f"is derived from the field '{MANAGED_ENV[key]}'; do not set it")
-            elif isinstance(value, (dict, list)) or "\n" in str(value):
-                add(f"env.{key}", "must be a single-line string")
+        check_env(env, add, MANAGED_ENV)
+        check_secrets(raw, add)
+        if raw.get("host") is not None and host_error(raw.get("host")):
+            add("host", host_error(raw.get("host")))
+        current_conflicts(name, port if _is_int(port) else None, gpus if gpus_ok else [],
+                          inst["allow_busy_gpus"], host_facts.get("current"),
+                          {i.get("name") for i in instances if isinstance(i, dict)}, set(removed or ()), add)
         for rule in raw.get("disabled_rules") or []:
             if rule_names and rule not in rule_names:
                 add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
@@ -692,10 +721,11 @@ def flags_to_args(flags):
 
 # --------------------------------------------------------------------------- flags fact
 
-def build_args(inst, fallback_args, bind_host="0.0.0.0"):
-    """Exactly what follows `-m sglang.launch_server`."""
+def build_args(inst, fallback_args, bind_host="127.0.0.1"):
+    """Exactly what follows `-m sglang.launch_server` (API keys never: the launcher adds them in-process)."""
     inst = effective_instance(inst)
-    args = ["--model-path", str(inst["model_path"]), "--host", str(bind_host), "--port", str(inst["port"]),
+    host = inst.get("host") or bind_host
+    args = ["--model-path", str(inst["model_path"]), "--host", str(host), "--port", str(inst["port"]),
             "--tp-size", str(inst["tp"])]
     if inst.get("mem_fraction_static") is not None:
         args += ["--mem-fraction-static", str(inst["mem_fraction_static"])]
@@ -725,12 +755,13 @@ def build_env(inst, host_facts, tree, rule_env):
         env["PYTHONPATH"] = str(tree["path"])
     env.update(rule_env or {})
     for k, v in inst["env"].items():
-        env[str(k)] = str(v)
+        if not is_secret_env(k):  # credentials go to the env file only (dflash_secrets), never into facts
+            env[str(k)] = str(v)
     return env
 
 
 def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
-                  bind_host="0.0.0.0"):
+                  bind_host="127.0.0.1"):
     """One instance's entry of the dflash_flags fact."""
     inst = effective_instance(inst)
     ctx = rule_context(inst, fingerprint, probe, host_facts, lab_standin)
@@ -753,11 +784,12 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
         "algorithm": inst["algorithm"],
         "model_source": inst.get("model_source"),
         "model_path": inst.get("model_path"),
+        "secrets": sorted(instance_secrets(inst)),
     }
 
 
 def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
-               bind_host="0.0.0.0"):
+               bind_host="127.0.0.1"):
     return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled,
                                           lab_standin, bind_host)
             for i in instances or []}
@@ -937,8 +969,26 @@ def sgl_kernel_facts(sgl_kernel_file):
     return {"dir": pkg, "fa3": bool(found), "fa3_files": found}
 
 
+def current_instances(prefix):
+    """{id, instances: {name: {port, gpus, unit}}} of the release <prefix>/current points at ({} if none)."""
+    if not prefix:
+        return {}
+    text = _read(os.path.join(prefix, "current", "manifest.json"))
+    try:
+        m = json.loads(text) if text else {}
+    except ValueError:
+        return {"error": f"{prefix}/current/manifest.json is not JSON"}
+    out = {}
+    for name, entry in (m.get("instances") or {}).items():
+        port = split_flags(entry.get("args") or []).get("--port")
+        gpus = str((entry.get("env") or {}).get("CUDA_VISIBLE_DEVICES") or "")
+        out[name] = {"port": int(port) if port and port.isdigit() else None, "unit": entry.get("unit"),
+                     "gpus": [int(g) for g in gpus.split(",") if g.strip().isdigit()]}
+    return {"id": m.get("id"), "instances": out}
+
+
 def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None,
-                      sgl_kernel_file=None):
+                      sgl_kernel_file=None, prefix=None, space_paths=()):
     paths, drafts = {}, {}
     tmpfs = tmpfs_mounts(_read(os.path.join(proc, "mounts"), ""))
     for inst in instances or []:
@@ -965,31 +1015,18 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "units": units,
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
+        "current": current_instances(prefix),
+        "disk": [free_space(p) for p in space_paths or ()],
     }
 
 
-def wanted_units(instances):
-    """Unit files the inventory wants: dflash-<name>.service (+ dflash-stage-<name>.service when staged)."""
+def unit_files(instances, staged_dir, unit_dir):
+    """[{instance, src, dest}]: the rendered unit files (in ``staged_dir``) the release stage's activation
+    puts live in ``unit_dir``; the staging unit first."""
     out = []
     for inst in instances or []:
-        out.append(f"dflash-{inst['name']}.service")
-        if inst.get("model_source"):
-            out.append(f"dflash-stage-{inst['name']}.service")
-    return out
-
-
-def stale_units(unit_files, instances):
-    """Installed dflash-*.service files the inventory no longer wants -> [{unit, instance, stage, removed}].
-
-    removed: the whole instance left the inventory (its cache directory goes too); otherwise only
-    its staging unit is no longer needed.
-    """
-    wanted = set(wanted_units(instances))
-    names = {str(i["name"]) for i in instances or []}
-    out = []
-    for f in sorted(unit_files or []):
-        m = re.match(r"^dflash-(stage-)?(.+)\.service$", f)
-        if m and f not in wanted:
-            out.append({"unit": f, "instance": m.group(2), "stage": bool(m.group(1)),
-                        "removed": m.group(2) not in names})
+        name = str(inst["name"])
+        units = ([f"dflash-stage-{name}.service"] if inst.get("model_source") else []) + [f"dflash-{name}.service"]
+        out += [{"instance": name, "src": os.path.join(staged_dir, u), "dest": os.path.join(unit_dir, u)}
+                for u in units]
     return out

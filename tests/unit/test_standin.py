@@ -318,9 +318,9 @@ def test_bad_algorithm_and_missing_model(tmp_path):
 
 
 def test_repo_flags_file_is_used_when_present():
-    flags = ROOT / "files" / "lab" / "sglang-0.5.11-flags.txt"
+    flags = ROOT / "files" / "patches" / "sglang" / "0.5.11" / "server-flags.txt"
     if not flags.exists():
-        pytest.skip("files/lab/sglang-0.5.11-flags.txt not generated yet")
+        pytest.skip("files/patches/sglang/0.5.11/server-flags.txt not generated yet")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_STANDIN")}
     res = subprocess.run([sys.executable, str(STANDIN), "--model-path", "/m", "--no-such-flag-x"], env=env,
                          capture_output=True, text=True, timeout=20, check=False)
@@ -397,7 +397,7 @@ def test_sigterm_stops_cleanly(start):
     assert rc == 0
 
 
-REAL_FLAGS = ROOT / "files" / "lab" / "sglang-0.5.11-flags.txt"
+REAL_FLAGS = ROOT / "files" / "patches" / "sglang" / "0.5.11" / "server-flags.txt"
 
 
 @pytest.mark.skipif(not REAL_FLAGS.exists(), reason="flags file not generated")
