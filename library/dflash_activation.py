@@ -61,12 +61,15 @@ decision: {description: none, commit or revert (recover)., type: str, returned: 
 lines: {description: What serves, one line per instance, checked (serving)., type: list, returned: serving}
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_activation import (
     ActivationError,
     Runner,
     Systemd,
     begin,
+    boot_time,
     commit,
     current_target,
     decide,
@@ -79,6 +82,7 @@ from ansible.module_utils.dflash_activation import (
     release_status,
     revert,
     serving,
+    sweep_before_boot,
     switch,
     unit_of,
 )
@@ -143,9 +147,10 @@ def main():
             journal = read_journal(prefix)
             status = release_status(prefix, journal["release"]) if journal else {}
             decision = decide(journal, status)
-            module.exit_json(changed=False, decision=decision, journal=journal,
+            swept = [] if check else sweep_before_boot(os.path.expanduser("~/.ansible/tmp"), boot_time())
+            module.exit_json(changed=bool(swept), decision=decision, journal=journal,
                              description=describe(journal) if journal else "",
-                             release_status=status.get("status"))
+                             release_status=status.get("status"), swept=swept)
         if action == "serving":
             module.exit_json(changed=False, **serving(prefix, backend))
     except ActivationError as exc:

@@ -578,6 +578,39 @@ def serving(prefix, backend, check=health):
             "summary": head + ("; " + "; ".join(lines) if lines else "; no instance of ours")}
 
 
+# ----------------------------------------------------------------------------- leftovers of a lost host
+
+
+def boot_time(stat="/proc/stat") -> float | None:
+    try:
+        with open(stat, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def sweep_before_boot(tmp_root: str, booted: float | None) -> list:
+    """Ansible's remote temporary directories (ansible-tmp-*, ansible-moduletmp-*) made before this boot:
+    the host went away while a module ran, nothing can still use them."""
+    gone = []
+    if booted is None or not os.path.isdir(tmp_root):
+        return gone
+    for name in sorted(os.listdir(tmp_root)):
+        path = os.path.join(tmp_root, name)
+        if not name.startswith(("ansible-tmp-", "ansible-moduletmp-")) or os.path.islink(path):
+            continue
+        try:
+            if os.lstat(path).st_mtime < booted:
+                shutil.rmtree(path, ignore_errors=True)
+                gone.append(path)
+        except OSError:
+            continue
+    return gone
+
+
 # ----------------------------------------------------------------------------- boot guard
 
 

@@ -531,6 +531,23 @@ def sweep_staging(prefix: str) -> list:
     return gone
 
 
+def drop_world_write(prefix: str) -> list:
+    """Files and directories under the prefix that anyone may write (uv creates its lock files 0666): the
+    write bit for others goes. Symlinks are left alone. Returns the paths changed."""
+    fixed = []
+    for root, dirs, files in os.walk(prefix):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not os.path.islink(path) and st.st_mode & 0o002:
+                os.chmod(path, st.st_mode & 0o7775)
+                fixed.append(path)
+    return fixed
+
+
 UNIT_RE = re.compile(r"^dflash-(stage-)?(.+)\.service$")
 NOT_INSTANCE_UNITS = ("dflash-guard.service",)
 
@@ -577,6 +594,7 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
     flags = flags or {}
     secrets = secrets or {}
     swept = [] if check_mode else sweep_staging(prefix)
+    unwritable = [] if check_mode else drop_world_write(prefix)
     salt = load_salt(prefix, create=not check_mode) if secrets else b""
     env_texts, digest_texts = {}, {}
     for name in sorted(flags):
@@ -610,7 +628,7 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
     reuse = find_reusable(manifests, chash)
     result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": [],
               "carried": sorted(carried), "remove": absent["remove"], "remove_unknown": absent["unknown"],
-              "kept_units": absent["kept_units"], "swept": swept}
+              "kept_units": absent["kept_units"], "swept": swept, "world_writable_fixed": len(unwritable)}
     if reuse:
         rid = reuse["id"]
         manifest = reuse
