@@ -111,7 +111,7 @@ def host_error(host) -> str | None:
         return None
     except ValueError:
         pass
-    if not HOSTNAME_RE.match(h):
+    if not HOSTNAME_RE.match(h) or all(label.isdigit() for label in h.split(".")):
         return f"{host!r} is neither an IP address nor a host name"
     return None
 

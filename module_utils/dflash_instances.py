@@ -140,10 +140,11 @@ def effective_instance(inst):
         dd.update({k: v for k, v in inst["ddtree"].items() if v is not None})
     out["ddtree"] = dd
     out["allow_busy_gpus"] = bool(inst.get("allow_busy_gpus", False))
+    # a value of the wrong shape is the validation's to report (in words): here it counts as empty
     for key in ("extra_args", "disabled_rules"):
-        out[key] = list(inst.get(key) or [])
+        out[key] = list(inst[key]) if isinstance(inst.get(key), list) else []
     for key in ("env", "pin_flags"):
-        out[key] = dict(inst.get(key) or {})
+        out[key] = dict(inst[key]) if isinstance(inst.get(key), dict) else {}
     return out
 
 
@@ -401,7 +402,11 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         current_conflicts(name, port if _is_int(port) else None, gpus if gpus_ok else [],
                           inst["allow_busy_gpus"], host_facts.get("current"),
                           {i.get("name") for i in instances if isinstance(i, dict)}, set(removed or ()), add)
-        for rule in raw.get("disabled_rules") or []:
+        disabled = raw.get("disabled_rules") or []
+        if not isinstance(disabled, list):
+            add("disabled_rules", f"must be a list of rule names, got {disabled!r}")
+            disabled = []
+        for rule in disabled:
             if rule_names and rule not in rule_names:
                 add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
 

@@ -32,9 +32,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(method, url, body=None, timeout=5.0):
+def http(method, url, body=None, timeout=5.0, headers=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"content-type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
