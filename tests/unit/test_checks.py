@@ -44,8 +44,8 @@ def test_flag_list_is_the_pinned_parsers():
 
 @pytest.mark.parametrize(("args", "field", "words"), [
     (["--attention-backed", "triton"], "extra_args[0]",
-     "'--attention-backed' is not a flag of sglang 0.5.11 (with the toolkit's patch series) (did you mean "
-     "--attention-backend or"),
+     ("'--attention-backed' is not a flag of sglang 0.5.11 (with the toolkit's patch series) (did you mean "
+     "--attention-backend or")),
     (["--reasoning_parser", "qwen3"], "extra_args[0]", "did you mean --reasoning-parser?"),
     (["--enable-reasoning"], "extra_args[0]", "is not a flag of sglang 0.5.11"),
     (["--disable-cuda-graph", "yes"], "extra_args[1]",
@@ -225,8 +225,8 @@ def test_removal_hands_port_and_gpus_over():
 
 def test_reserved_name():
     errs = v(good(name="guard"))
-    assert errs == ["ct200: instance 'guard': field 'name': 'guard' is taken: dflash-guard.service is the "
-                    "toolkit's boot guard"]
+    assert errs == [("ct200: instance 'guard': field 'name': 'guard' is taken: dflash-guard.service is the "
+                    "toolkit's boot guard")]
 
 
 # --------------------------------------------------------------------------- the inventory as a whole
