@@ -241,3 +241,28 @@ def test_unreadable_journal_says_what_to_do(host):
 def test_guard_main_without_journal(host, capsys):
     assert a.main(["boot-guard", "--prefix", host["prefix"]]) == 0
     assert "no unfinished activation" in capsys.readouterr().out
+
+
+def test_runner_backend_for_hosts_without_systemd(tmp_path):
+    stopped = []
+    show = {str(tmp_path / "dflash-a.service.pid"): {"ActiveState": "active"}}
+    r = a.Runner(str(tmp_path), stop=stopped.append, show=lambda pid: show.get(pid, {"ActiveState": "inactive"}))
+    assert r.is_active("dflash-a.service") and not r.is_active("dflash-b.service")
+    r.stop(["dflash-a.service"])
+    r.reload()
+    r.enable(["x"])
+    assert stopped == [str(tmp_path / "dflash-a.service.pid")] and not r.is_enabled("dflash-a.service")
+
+
+def test_systemd_backend_commands():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, "active\n" if argv[1] == "is-active" else "disabled\n", ""
+
+    s = a.Systemd(run, no_block=True)
+    assert s.is_active("u") and not s.is_enabled("u")
+    s.stop(["u"])
+    s.stop([])
+    assert calls[-1] == ["systemctl", "stop", "--no-block", "--", "u"]
