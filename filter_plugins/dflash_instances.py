@@ -24,7 +24,7 @@ def _removed(instances, host_facts, remove_absent, remove):
     """Instance names whose removal the user asked for (explicitly, or all absent ones)."""
     names = {i.get("name") for i in instances or [] if isinstance(i, dict)}
     current = set(((host_facts or {}).get("current") or {}).get("instances") or {})
-    return set(remove or []) | ((current - names) if remove_absent is True else set())
+    return set(remove or []) | ((current - names) if _inv.as_bool(remove_absent) else set())
 
 
 def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, host_disabled_rules=(),

@@ -174,20 +174,19 @@ def read_manifest(prefix: str, release_id: str | None) -> dict:
         return {}
 
 
-def arg_value(args, flag):
-    value = None
-    args = [str(a) for a in args or []]
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith(flag + "="):
-            value = a.split("=", 1)[1]
-    return value
+def _smoke():
+    """module_utils/dflash_smoke.py (arguments, endpoints), imported when needed: the boot guard runs this
+    file on its own and never needs it."""
+    try:
+        from ansible.module_utils import dflash_smoke
+    except ImportError:
+        import dflash_smoke
+    return dflash_smoke
 
 
 def instance_port(entry: dict):
     try:
-        return int(arg_value(entry.get("args"), "--port") or 0) or None
+        return int(_smoke().arg_value(entry.get("args"), "--port") or 0) or None
     except ValueError:
         return None
 
@@ -549,15 +548,6 @@ def health(url, timeout=2.0):
         return None
 
 
-def endpoint(args):
-    host = arg_value(args, "--host") or "127.0.0.1"
-    if host in ("0.0.0.0", "::", "[::]", ""):
-        host = "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{int(arg_value(args, '--port') or 30000)}"
-
-
 def serving(prefix, backend, check=health):
     """What serves now, checked: ``current``'s target and, for each of its instances, the unit state
     and whether /health answers on its port. -> {current, instances: {name: {...}}, lines}"""
@@ -565,7 +555,7 @@ def serving(prefix, backend, check=health):
     manifest = read_manifest(prefix, cur)
     out, lines = {}, []
     for name, entry in sorted((manifest.get("instances") or {}).items()):
-        url = endpoint(entry.get("args"))
+        url = _smoke().endpoint(entry.get("args"))
         unit = unit_of(name, entry)
         active = backend.is_active(unit)
         code = check(url + "/health")

@@ -19,28 +19,12 @@ try:  # the unit of a process (cgroup, or runner-managed on hosts without system
     from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
 except ImportError:
     from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
-try:  # flags against the parser, env, secrets, bind address, resolved paths (dflash_checks.py)
-    from ansible.module_utils.dflash_checks import (
-        check_env,
-        check_flags,
-        check_secrets,
-        current_conflicts,
-        host_error,
-        resolved_path_problem,
-    )
-    from ansible.module_utils.dflash_diskspace import free_space
-    from ansible.module_utils.dflash_secrets import instance_secrets, is_secret_env
+try:  # flags against the parser, env, secrets, bind address, resolved paths; free space
+    from ansible.module_utils import dflash_checks, dflash_diskspace, dflash_secrets
 except ImportError:
-    from dflash_checks import (
-        check_env,
-        check_flags,
-        check_secrets,
-        current_conflicts,
-        host_error,
-        resolved_path_problem,
-    )
-    from dflash_diskspace import free_space
-    from dflash_secrets import instance_secrets, is_secret_env
+    import dflash_checks
+    import dflash_diskspace
+    import dflash_secrets
 
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
@@ -311,7 +295,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                 add(field, f"{path!r} contains whitespace or a control character, which cannot be passed "
                            "through $DFLASH_ARGS")
                 continue
-            problem = resolved_path_problem(field, path, (paths.get(path) or {}).get("realpath"), protect_home,
+            problem = dflash_checks.resolved_path_problem(field, path, (paths.get(path) or {}).get("realpath"), protect_home,
                                             HOME_PREFIXES, prefix,
                                             staged=field == "model_path" and bool(raw.get("model_source")),
                                             tmpfs_prefixes=TMPFS_PREFIXES)
@@ -388,18 +372,18 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                 add("pin_flags", f"{flag!r} is not a flag (it must start with '--' and have no whitespace)")
             elif value is not None and not isinstance(value, bool) and any(c.isspace() for c in str(value)):
                 add(f"pin_flags.{flag}", f"value {str(value)!r} contains whitespace")
-        check_flags({"extra_args": [a for a in extra if isinstance(a, (str, int, float))],
+        dflash_checks.check_flags({"extra_args": [a for a in extra if isinstance(a, (str, int, float))],
                      "pin_flags": {k: v for k, v in pins.items() if isinstance(k, str) and k.startswith("--")}},
                     add, server_flags, sglang_version, MANAGED_FLAGS)
         env = raw.get("env") or {}
         if not isinstance(env, dict):
             add("env", f"must be a mapping of variable names to strings, got a {type(env).__name__}")
             env = {}
-        check_env(env, add, MANAGED_ENV)
-        check_secrets(raw, add)
-        if raw.get("host") is not None and host_error(raw.get("host")):
-            add("host", host_error(raw.get("host")))
-        current_conflicts(name, port if _is_int(port) else None, gpus if gpus_ok else [],
+        dflash_checks.check_env(env, add, MANAGED_ENV)
+        dflash_checks.check_secrets(raw, add)
+        if raw.get("host") is not None and dflash_checks.host_error(raw.get("host")):
+            add("host", dflash_checks.host_error(raw.get("host")))
+        dflash_checks.current_conflicts(name, port if _is_int(port) else None, gpus if gpus_ok else [],
                           inst["allow_busy_gpus"], host_facts.get("current"),
                           {i.get("name") for i in instances if isinstance(i, dict)}, set(removed or ()), add)
         disabled = raw.get("disabled_rules") or []
@@ -760,7 +744,7 @@ def build_env(inst, host_facts, tree, rule_env):
         env["PYTHONPATH"] = str(tree["path"])
     env.update(rule_env or {})
     for k, v in inst["env"].items():
-        if not is_secret_env(k):  # credentials go to the env file only (dflash_secrets), never into facts
+        if not dflash_secrets.is_secret_env(k):  # credentials go to the env file only (dflash_secrets), never into facts
             env[str(k)] = str(v)
     return env
 
@@ -789,7 +773,7 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
         "algorithm": inst["algorithm"],
         "model_source": inst.get("model_source"),
         "model_path": inst.get("model_path"),
-        "secrets": sorted(instance_secrets(inst)),
+        "secrets": sorted(dflash_secrets.instance_secrets(inst)),
     }
 
 
@@ -1021,7 +1005,7 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
         "current": current_instances(prefix),
-        "disk": [free_space(p) for p in space_paths or ()],
+        "disk": [dflash_diskspace.free_space(p) for p in space_paths or ()],
     }
 
 

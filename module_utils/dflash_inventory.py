@@ -37,6 +37,30 @@ ROLE_PREFIXES = ("dflash_fingerprint", "dflash_instances_", "dflash_layers", "df
                  "dflash_bench", "dflash_router", "dflash_gates")
 
 
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+def as_bool(value):
+    """True / False for a boolean, or the words Ansible reads as one (-e key=value gives strings); else None."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, int)) and str(value).strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return str(value).strip().lower() in TRUE_WORDS
+    return None
+
+
+def as_int(value):
+    """An int, or a string of digits (-e key=value), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 def typo_hints(var_names, wanted) -> list:
     """Inventory variables that look like a misspelt ``wanted``: not a variable the toolkit knows."""
     names = [str(n) for n in var_names or []
@@ -51,6 +75,7 @@ def inventory_errors(host, instances, settings, var_names=()) -> list:
     s = settings or {}
     remove = s.get("dflash_remove_instances")
     remove_absent = s.get("dflash_remove_absent")
+    absent_flag = as_bool(remove_absent)
     names = [i.get("name") for i in instances if isinstance(i, dict)] if isinstance(instances, list) else []
 
     for old, why in RENAMED.items():
@@ -60,7 +85,7 @@ def inventory_errors(host, instances, settings, var_names=()) -> list:
     if remove is not None and (not isinstance(remove, list) or not all(isinstance(n, str) and n for n in remove)):
         errors.append(f"{host}: field 'dflash_remove_instances': must be a list of instance names, got {remove!r}")
         remove = []
-    if remove_absent is not None and not isinstance(remove_absent, bool):
+    if remove_absent is not None and absent_flag is None:
         errors.append(f"{host}: field 'dflash_remove_absent': must be true or false, got {remove_absent!r}")
     for n in sorted(set(remove or []) & {n for n in names if isinstance(n, str)}):
         errors.append(f"{host}: field 'dflash_remove_instances': '{n}' is also in dflash_instances: an instance is "
@@ -72,7 +97,7 @@ def inventory_errors(host, instances, settings, var_names=()) -> list:
             hint = (f" (the inventory sets {', '.join(repr(h) for h in hints)}: a typo for dflash_instances?)"
                     if hints else "")
             errors.append(f"{host}: dflash_instances is empty or not set{hint}: " + EMPTY_HELP.format(host=host))
-        if remove_absent:
+        if absent_flag:
             errors.append(f"{host}: field 'dflash_remove_absent': with an empty dflash_instances it would remove "
                           "everything; name the instances to remove in dflash_remove_instances instead")
     for wanted in ("dflash_remove_absent", "dflash_remove_instances"):
@@ -100,6 +125,6 @@ def inventory_errors(host, instances, settings, var_names=()) -> list:
     if bind is not None and host_error(bind):
         errors.append(f"{host}: field 'dflash_instances_bind_host': {host_error(bind)}")
     free = s.get("dflash_min_free_mib")
-    if free is not None and (isinstance(free, bool) or not isinstance(free, int) or free < 0):
+    if free is not None and (as_int(free) is None or as_int(free) < 0):
         errors.append(f"{host}: field 'dflash_min_free_mib': must be a whole number of MiB >= 0, got {free!r}")
     return errors

@@ -31,8 +31,10 @@ import shutil
 import tempfile
 
 try:
+    from ansible.module_utils.dflash_activation import current_target as current_id
     from ansible.module_utils.dflash_secrets import MASK, is_secret_env, load_salt, salted
 except ImportError:  # pytest / the controller: module_utils/ on sys.path
+    from dflash_activation import current_target as current_id
     from dflash_secrets import MASK, is_secret_env, load_salt, salted
 
 SCHEMA = 1
@@ -413,13 +415,6 @@ def load_statuses(prefix: str, ids) -> dict:
         except (OSError, ValueError):
             out[rid] = None
     return out
-
-
-def current_id(prefix: str) -> str | None:
-    link = os.path.join(prefix, "current")
-    if not os.path.islink(link):
-        return None
-    return os.path.basename(os.path.normpath(os.readlink(link)))
 
 
 def write_file_atomic(path: str, text: str, mode: int = 0o644) -> bool:

@@ -256,7 +256,9 @@ def test_removal_settings():
     assert ie([], dflash_remove_instances=["old"]) == []
     assert "an instance is either deployed or removed" in ie([good()], dflash_remove_instances=["dflash-gpu1"])[0]
     assert "must be a list of instance names" in ie([good()], dflash_remove_instances="old")[0]
-    assert "must be true or false" in ie([good()], dflash_remove_absent="yes")[0]
+    assert "must be true or false" in ie([good()], dflash_remove_absent="maybe")[0]
+    # -e key=value gives strings: the words Ansible reads as booleans / numbers are fine
+    assert ie([good()], dflash_remove_absent="true", dflash_min_free_mib="2048") == []
     errs = ie([], dflash_remove_absent=True)
     assert any("name the instances to remove in dflash_remove_instances" in e for e in errs)
     assert "'dflash_instances_remove_stale' is no longer used" in ie([good()], ["dflash_instances_remove_stale"])[0]
