@@ -22,9 +22,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import smoke_real  # noqa: E402  (reads OUTDIR from sys.argv[1], as this script)
-
-import dflash_smoke  # noqa: E402  (module_utils/ is on sys.path through smoke_real)
+import dflash_smoke
+import smoke_real
 
 LAUNCH = os.path.join(REPO, "roles", "dflash_instances", "files", "dflash-launch.py")
 KEY = "sk-gpu-check-" + os.urandom(8).hex()
