@@ -23,7 +23,8 @@ def load(name):
 
 unreachable = load("dflash_unreachable")
 
-# what the lab printed (podman connection): a stopped container, a missing one, a module killed mid-run
+# a stopped lab container (podman connection), as Ansible reported it; a container that went away while a
+# module ran (deserialization failure with podman's own words in module_stderr); a module that crashed
 STOPPED = {"unreachable": True, "changed": False, "msg": (
     "Task failed: Failed to create temporary directory. In some cases, you may have been able to authenticate "
     "and did not have permissions on the target directory. ... exited with result 255")}
