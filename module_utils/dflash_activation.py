@@ -43,7 +43,7 @@ SCHEMA = 1
 JOURNAL = "activation.json"
 BACKUPS = "activation"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-STATES = ("begun", "units", "current", "reverting", "reverted-at-boot")
+STATES = ("begun", "units", "current", "committing", "reverting", "reverted-at-boot")
 GUARD_UNIT = "dflash-guard.service"
 
 
@@ -422,12 +422,14 @@ def _remove_instance(item, unit_dir, backend, cache_root="/var/cache/dflash", st
     return units
 
 
-def commit(prefix, release_id, backend, unit_dir, check_mode=False, cache_root="/var/cache/dflash"):
-    """The smoke test passed: do the removals asked for, delete journal and backups."""
-    j = _need(prefix, release_id, ("current",))
+def commit(prefix, release_id, backend, unit_dir, check_mode=False, cache_root="/var/cache/dflash", now=None):
+    """The smoke test passed: do the removals asked for, delete journal and backups. The journal says
+    'committing' first: from there on the activation is only ever finished, never reverted."""
+    j = _need(prefix, release_id, ("current", "committing"))
     removed = [item["instance"] for item in j["remove"]]
     if check_mode:
         return {"changed": True, "removed": removed}
+    write_journal(prefix, j, "committing", now)
     for item in j["remove"]:
         _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"))
     if j["remove"]:
@@ -478,6 +480,9 @@ def revert(prefix, backend, check_mode=False, now=None, release_id=None):
         return {"changed": False, "restart": [], "stopped": [], "previous": current_target(prefix)}
     if release_id and j.get("release") != release_id:
         raise ActivationError(f"the unfinished activation is of {j.get('release')}, not {release_id}")
+    if j["state"] == "committing":
+        raise ActivationError(f"the activation of {j['release']} passed its smoke test and was being committed "
+                              "(removals): it is not reverted; run the play again to finish it")
     prev_names = set(j.get("previous_instances") or [])
     active = j.get("active_before") or {}
     touched = set(j["restart"]) | {s["instance"] for s in j["stop_first"]} | {
@@ -523,6 +528,8 @@ def decide(journal, status) -> str:
         return "none"
     if journal["state"] in ("reverting", "reverted-at-boot"):
         return "revert"
+    if journal["state"] == "committing":
+        return "commit"
     if (journal["state"] == "current" and (status or {}).get("status") == "healthy"
             and str((status or {}).get("at") or "") >= str(journal.get("started") or "~")):
         return "commit"

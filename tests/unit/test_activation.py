@@ -266,3 +266,16 @@ def test_systemd_backend_commands():
     s.stop(["u"])
     s.stop([])
     assert calls[-1] == ["systemctl", "stop", "--no-block", "--", "u"]
+
+
+def test_a_started_commit_is_finished_never_reverted(host):
+    start(host, remove=[{"instance": "old", "unit": "dflash-old.service", "stage_unit": False, "cache": True}])
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    j = a.read_journal(host["prefix"])
+    a.write_journal(host["prefix"], j, "committing")  # as commit() does before its removals
+    assert a.decide(a.read_journal(host["prefix"]), {}) == "commit"
+    with pytest.raises(a.ActivationError, match="not reverted; run the play again"):
+        a.revert(host["prefix"], host["backend"])
+    a.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "c"))
+    assert a.read_journal(host["prefix"]) is None and a.current_target(host["prefix"]) == RID_NEW
