@@ -101,6 +101,32 @@ def dflash_instances_report(flags):
     return _di.flags_report(_plain(flags))
 
 
+def dflash_instances_unresolved(instances, host):
+    """Fields whose value cannot be resolved (an undefined variable: a vault not loaded, a typo in a
+    lookup), named by host, instance and field before anything else touches the instances. Ansible 2.19
+    resolves the values of a variable when they are read, so each one is read here on its own."""
+    if not isinstance(instances, (list, tuple)):
+        return []
+    errors = []
+    for idx, inst in enumerate(instances):
+        if not hasattr(inst, "keys"):
+            continue
+        try:
+            name = _plain(inst.get("name"))
+            label = f"instance '{name}'" if isinstance(name, str) and name else f"instance #{idx + 1}"
+        except Exception:  # noqa: BLE001 - the name itself unresolved: said below
+            label = f"instance #{idx + 1}"
+        for key in list(inst.keys()):
+            try:
+                _plain(inst[key])
+            except Exception as exc:  # noqa: BLE001 - Ansible's undefined markers raise their own types
+                why = str(getattr(exc, "message", "") or exc).splitlines()[0]
+                errors.append(f"{host}: {label}: field '{key}': cannot be resolved ({why}): define it, or give "
+                              "ansible-playbook the vault password when it comes from a vault (--ask-vault-pass, "
+                              "vault_password_file)")
+    return errors
+
+
 def dflash_instances_unit_files(instances, staged_dir, unit_dir):
     """[{instance, src, dest}] of the rendered units the release stage's activation puts live."""
     return _di.unit_files(_plain(instances), str(staged_dir), str(unit_dir))
@@ -127,6 +153,7 @@ class FilterModule:
             "dflash_instances_flags": dflash_instances_flags,
             "dflash_instances_report": dflash_instances_report,
             "dflash_instances_unit_files": dflash_instances_unit_files,
+            "dflash_instances_unresolved": dflash_instances_unresolved,
             "dflash_instances_public": dflash_instances_public,
             "dflash_instances_secrets": dflash_instances_secrets,
             # ansible_facts -> systemd | runner: dflash_service_manager's default (instances and release roles)

@@ -337,3 +337,24 @@ def test_wrong_shapes_are_reported_not_crashed_on():
     assert "must be a mapping {flag: value}" in one(errs, "pin_flags")
     assert "must be a list of strings" in one(errs, "extra_args")
     assert "must be a list of rule names" in one(errs, "disabled_rules")
+
+
+def test_unresolved_fields_are_named_before_anything_reads_the_instances():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dflash_instances_filters", ROOT / "filter_plugins/dflash_instances.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class Lazy(dict):  # what Ansible 2.19 hands a filter: values resolved (and failing) when read
+        def __getitem__(self, key):
+            if key == "api_key":
+                raise RuntimeError("'vault_gpu1_key' is undefined")
+            return super().__getitem__(key)
+
+    errs = mod.dflash_instances_unresolved([Lazy(good(api_key="{{ vault_gpu1_key }}"))], "ct200")
+    assert errs == [("ct200: instance 'dflash-gpu1': field 'api_key': cannot be resolved ('vault_gpu1_key' is "
+                    "undefined): define it, or give ansible-playbook the vault password when it comes from a vault "
+                    "(--ask-vault-pass, vault_password_file)")]
+    assert mod.dflash_instances_unresolved([good()], "ct200") == []
+    assert mod.dflash_instances_unresolved({"not": "a list"}, "ct200") == []
