@@ -39,7 +39,11 @@ def lost_reason(result: dict) -> str | None:
     if not result.get("unreachable") and "MODULE FAILURE" in text and not CONNECTION_RE.search(text):
         return None  # a module that crashed on a reachable host: its own message says why
     said = CONNECTION_RE.search(text)
-    return said.group(0).strip() if said else (str(result.get("msg") or "").splitlines() or ["no answer"])[0][:200]
+    reason = said.group(0).strip() if said else (str(result.get("msg") or "").splitlines() or ["no answer"])[0][:200]
+    rc = result.get("rc")
+    if rc in (125, 137, 255) and not said:
+        reason += f"; the connection ended with rc {rc}" + (" (killed)" if rc == 137 else "")
+    return reason
 
 
 def message(host: str, task: str, reason: str) -> str:

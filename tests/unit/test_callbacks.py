@@ -23,11 +23,14 @@ def load(name):
 
 unreachable = load("dflash_unreachable")
 
-# a stopped lab container (podman connection), as Ansible reported it; a container that went away while a
-# module ran (deserialization failure with podman's own words in module_stderr); a module that crashed
+# as Ansible 2.19 reported them on the lab (podman connection): a stopped container; a container killed
+# while a module ran (`podman kill` during `command: sleep 60`); podman's words when they are in stderr;
+# a module that crashed on a reachable host
 STOPPED = {"unreachable": True, "changed": False, "msg": (
     "Task failed: Failed to create temporary directory. In some cases, you may have been able to authenticate "
     "and did not have permissions on the target directory. ... exited with result 255")}
+KILLED = {"changed": False, "failed": True, "module_stderr": "", "module_stdout": "", "rc": 137,
+          "msg": "Module result deserialization failed: No start of json char found"}
 DESERIALIZE = {"failed": True, "msg": "Module result deserialization failed: No start of json char found",
                "module_stdout": "", "module_stderr": "Error: can only create exec sessions on running containers: "
                "container state improper\n"}
@@ -38,6 +41,8 @@ ORDINARY = {"failed": True, "msg": "ct200: release step 'x' failed: ..."}
 
 def test_lost_host_reasons():
     assert unreachable.lost_reason(STOPPED) == "exited with result 255"
+    assert unreachable.lost_reason(KILLED) == ("Module result deserialization failed: No start of json char found; "
+                                               "the connection ended with rc 137 (killed)")
     assert unreachable.lost_reason(DESERIALIZE).startswith("can only create exec sessions on running containers")
     assert unreachable.lost_reason(CRASHED_MODULE) is None  # a module bug on a reachable host speaks for itself
     assert unreachable.lost_reason(ORDINARY) is None
