@@ -93,7 +93,11 @@ def servers_for(model, base_port, work, out, models_dir):
     env = {}
     senv = dict(env, SGLANG_DDTREE_ORACLE=oracle)
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp32_shim")
-    env32 = {"TRITON_F32_DEFAULT": "ieee", "PYTHONPATH": shim + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # SGLANG_MAMBA_CONV_DTYPE: the linear-attention conv state is bfloat16 by default whatever --dtype says,
+    # and the float32 prefill's conv kernel refuses to mix the two (Triton "Mismatched type", H200 run of
+    # 2026-12-01); the recurrent (ssm) state is float32 already (mamba_ssm_dtype).
+    env32 = {"TRITON_F32_DEFAULT": "ieee", "SGLANG_MAMBA_CONV_DTYPE": "float32",
+             "PYTHONPATH": shim + os.pathsep + os.environ.get("PYTHONPATH", "")}
     base32 = [("float32" if a == "bfloat16" else a) for a in base]
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15", "--speculative-ddtree-topk", "8"]
     p = base_port
