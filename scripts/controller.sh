@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Controller environment from committed files: .venv from uv.lock (uv sync --frozen) and the
 # collections (scripts/install-collections.sh). Installs uv with pip (pinned) when missing.
+# CPU torch (the DDTree unit tests) is not in the lock: it is installed into .venv with pip from
+# whatever index or find-links pip is configured with (`pip config list`, PIP_INDEX_URL,
+# PIP_FIND_LINKS); DFLASH_TORCH changes the requirement, DFLASH_TORCH=none skips it. Where no
+# source has it, the tests that need torch skip and say why.
 # Idempotent and quick when everything is present.
 set -euo pipefail
 
@@ -15,5 +19,14 @@ if ! command -v uv >/dev/null 2>&1; then
   export PATH="$HOME/.local/bin:$PATH"
 fi
 
-uv sync --frozen --quiet
+# --inexact: keep the torch installed below, which the lock does not list
+uv sync --frozen --inexact --quiet
+
+torch_req="${DFLASH_TORCH:-torch==2.13.0+cpu}"
+if [ "$torch_req" != none ] && ! "$repo/.venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+  echo "CPU torch for the DDTree tests: pip install '$torch_req' into .venv (pip's configured sources)"
+  if ! python3 -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req"; then
+    echo "  not installed (no configured index or find-links has '$torch_req'): the DDTree tests will skip" >&2
+  fi
+fi
 "$repo/scripts/install-collections.sh"
