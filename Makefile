@@ -51,6 +51,7 @@ lint: controller
 	@echo "== ansible-lint (production profile)"; ansible-lint
 	@echo "== yamllint"; yamllint -s .
 	@echo "== ruff"; ruff check .
+	@echo "== argument_specs mirror defaults"; python scripts/check_argument_specs.py
 
 unit: controller
 	pytest -q
