@@ -6,7 +6,7 @@ Reads `sglang/srt/server_args.py` of the patched tree with `ast` (nothing is imp
 is needed) and writes one `--flag` per line, followed by its argparse dest and its kind:
 `switch` (takes no value), `value` (one value) or `values` (nargs). BooleanOptionalAction flags
 also get their `--no-` form. The tree is, by default, the pinned wheel with the committed series
-applied in memory (module_utils/dflash_patch.py); `--tree DIR` reads a built tree instead.
+applied in memory (module_utils/dflash_tree/); `--tree DIR` reads a built tree instead.
 
     scripts/extract_sglang_flags.py                      # writes files/patches/sglang/0.5.11/server-flags.txt
     scripts/extract_sglang_flags.py --check              # exit 1 when the committed file is stale
@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "module_utils"))
 sys.path.insert(0, str(REPO / "tests"))
 
-import dflash_patch
+import dflash_tree.disk
+import dflash_tree.series
+import dflash_tree.wheel
 
 SERVER_ARGS = "sglang/srt/server_args.py"
 SWITCH_ACTIONS = {"store_true", "store_false", "store_const", "count", "help", "version"}
@@ -77,8 +79,8 @@ def extract_flags(source: str | bytes) -> list[tuple[str, str, str]]:
 
 
 def patched_server_args(wheel: str, patches_dir: str) -> tuple[bytes, str]:
-    patches = dflash_patch.read_series_dir(patches_dir)
-    plan = dflash_patch.plan_wheel(wheel, None, patches)
+    patches = dflash_tree.series.read_series_dir(patches_dir)
+    plan = dflash_tree.wheel.plan_wheel(wheel, None, patches)
     try:
         data = plan["contents"].get(SERVER_ARGS)
         if data is None:
@@ -87,7 +89,7 @@ def patched_server_args(wheel: str, patches_dir: str) -> tuple[bytes, str]:
         rel = rel.relative_to(REPO) if rel.is_relative_to(REPO) else rel
         return data, f"{plan['wheel'].name} + the series in {rel}" if patches else plan["wheel"].name
     finally:
-        dflash_patch.close_plan(plan)
+        dflash_tree.disk.close_plan(plan)
 
 
 def render(rows, origin: str, version: str) -> str:

@@ -1,7 +1,8 @@
 """pytest setup shared by every test: make module_utils/ importable as plain modules.
 
-`module_utils/dflash_<topic>.py` holds the toolkit's logic as pure functions; tests import them
-directly (`import dflash_fingerprint`), the Ansible modules as `ansible.module_utils.dflash_<topic>`.
+`module_utils/dflash_<stage>/` (packages) and `module_utils/dflash_<topic>.py` hold the toolkit's logic as
+pure functions; tests import them directly (`import dflash_tree.diff`, `import dflash_smoke`), the Ansible
+modules as `ansible.module_utils.dflash_tree.diff`.
 """
 
 import sys
@@ -12,6 +13,12 @@ MODULE_UTILS = str(REPO_ROOT / "module_utils")
 
 if MODULE_UTILS not in sys.path:
     sys.path.insert(0, MODULE_UTILS)
+
+# Tests live by stage (tests/unit/<stage>/test_*.py); their shared helpers stay importable by name:
+# tests/sglang_wheel.py, tests/unit/ansible_play.py.
+for helpers in (REPO_ROOT / "tests", REPO_ROOT / "tests" / "unit"):
+    if str(helpers) not in sys.path:
+        sys.path.insert(1, str(helpers))
 
 # torch._dynamo registers graph substitutes for stdlib functions (sys.intern among them) when first
 # imported; ansible-core replaces sys.intern with a patch object at import, after which that

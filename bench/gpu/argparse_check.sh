@@ -4,7 +4,7 @@
 # On the GPU machine (one H200), one call, ~2-4 minutes, no server is started:
 #   1. the sglang 0.5.11 bundle (.gpu/site.tar.xz: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`) is unpacked,
 #      the repository's patch series (files/patches/sglang/0.5.11) applied to a copy of its sglang
-#      with module_utils/dflash_patch.py, and that tree put first on PYTHONPATH;
+#      with module_utils/dflash_tree/, and that tree put first on PYTHONPATH;
 #   2. config-only model folders at the seeds' paths (/dev/shm/Qwen3.6-27B, -DFlash: a tiny Qwen3
 #      target and a DFlash draft with block_size 16) and -DFlash-b32 (the same draft, block_size 32);
 #   3. bench/gpu/argparse_check.py renders the argument lists with module_utils/dflash_instances.py and
@@ -43,7 +43,8 @@ rm -rf "$WORK/tree" && mkdir -p "$WORK/tree" && cp -a "$SITE/sglang" "$WORK/tree
 "$PY" - "$SITE" "$WORK/tree" files/patches/sglang/0.5.11 <<'PYEOF'
 import os, sys
 sys.path.insert(0, "module_utils")
-from dflash_patch import apply_series, read_series_dir
+from dflash_tree.diff import apply_series
+from dflash_tree.series import read_series_dir
 site, tree, series = sys.argv[1:4]
 def read(rel):
     p = os.path.join(site, rel)

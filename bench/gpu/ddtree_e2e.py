@@ -1,6 +1,6 @@
 """DDTree speed on the GPU machine (bench/gpu/ddtree_e2e.sh): DDTREE vs DFLASH, each side in one run.
 
-  prepare: copy the site's sglang, apply files/patches/sglang/0.5.11/series with module_utils/dflash_patch.py,
+  prepare: copy the site's sglang, apply files/patches/sglang/0.5.11/series with module_utils/dflash_tree/,
            write the model folders (scripts/gpu/make_models.py) and, for the lossless check
            (bench/gpu/ddtree_lossless.sh), random weights (scripts/gpu/make_weights.py).
   run:     the speed bench, on config-only models in bfloat16 (--load-format dummy: the numbers are
@@ -58,25 +58,27 @@ REPEATS = int(os.environ.get("DDTREE_REPEATS", "3"))
 
 def prepare(args):
     sys.path.insert(0, os.path.join(REPO, "module_utils"))
-    import dflash_patch as dp
+    import dflash_tree.common
+    import dflash_tree.diff
+    import dflash_tree.series
 
     tree = os.path.join(args.work, "tree")
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
     shutil.copytree(os.path.join(args.site, "sglang"), os.path.join(tree, "sglang"), symlinks=True)
     series_dir = os.path.join(REPO, args.series)
-    patches = dp.read_series_dir(series_dir)
+    patches = dflash_tree.series.read_series_dir(series_dir)
     for name in ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch"):  # if the series lacks them yet
         if name not in {p["name"] for p in patches}:
             with open(os.path.join(series_dir, name), "rb") as fh:
                 content = fh.read()
-            patches.append({"name": name, "content": content, "sha256": dp.sha256_bytes(content)})
+            patches.append({"name": name, "content": content, "sha256": dflash_tree.common.sha256_bytes(content)})
 
     def read_file(rel):
         path = os.path.join(tree, rel)
         return open(path, "rb").read() if os.path.isfile(path) else None
 
-    contents, _pristine, touched = dp.apply_series(read_file, patches)
+    contents, _pristine, touched = dflash_tree.diff.apply_series(read_file, patches)
     for rel, data in contents.items():
         path = os.path.join(tree, rel)
         if data is None:
@@ -89,7 +91,7 @@ def prepare(args):
     info = {
         "patches": [{"name": p["name"], "sha256": p["sha256"]} for p in patches],
         "touched": touched,
-        "files": {rel: dp.sha256_bytes(data) for rel, data in contents.items() if data is not None},
+        "files": {rel: dflash_tree.common.sha256_bytes(data) for rel, data in contents.items() if data is not None},
     }
     write_json(os.path.join(args.out, "tree.json"), info)
     print(f"[prepare] applied {len(patches)} patches to {tree}: {sorted(touched)}", flush=True)

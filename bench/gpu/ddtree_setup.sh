@@ -4,7 +4,7 @@
 #      $WORK/server-pids, written at each start; nothing else is touched);
 #   2. unpacks .gpu/site.tar.xz (sglang 0.5.11 and what the image lacks, built by
 #      `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`; carry it);
-#   3. copies the wheel's sglang, applies files/patches/sglang/0.5.11/series (module_utils/dflash_patch.py)
+#   3. copies the wheel's sglang, applies files/patches/sglang/0.5.11/series (module_utils/dflash_tree/)
 #      and writes the model folders (scripts/gpu/make_models.py; weights for $WEIGHTS: make_weights.py);
 #   4. exports PYTHONPATH (patched tree first) and the pid file for bench/gpu/ddtree_servers.py.
 # Needs: OUT, WORK, SITE, PY (defaulted here), FAMILIES, WEIGHTS (may be empty), DRYRUN (optional), TAG.

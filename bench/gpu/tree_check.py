@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU-machine check of the patched sglang tree (driven by bench/gpu/tree_check.sh).
 
-1. Builds two trees from the pinned wheel with module_utils/dflash_patch.py under this Python
+1. Builds two trees from the pinned wheel with module_utils/dflash_tree/ under this Python
    (3.12 on the GPU machine): the registration prefix of the series (0001-0002: DDTREE registered,
    refusal hook in place) and the whole series; builds each twice (the second must change nothing)
    and compiles every patched file.
@@ -31,7 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "module_utils"))
 
-import dflash_patch as dp
+import dflash_tree.disk
+import dflash_tree.series
+import dflash_tree.wheel
 
 sys.path.insert(0, str(REPO / "scripts" / "gpu"))
 import make_models
@@ -77,12 +79,12 @@ print("RESULT " + json.dumps(out, default=str))
 
 
 def build(wheel, patches, trees):
-    plan = dp.plan_wheel(wheel, None, patches)
+    plan = dflash_tree.wheel.plan_wheel(wheel, None, patches)
     try:
-        first = dp.ensure_tree(plan, trees)
-        second = dp.ensure_tree(plan, trees)
+        first = dflash_tree.disk.ensure_tree(plan, trees)
+        second = dflash_tree.disk.ensure_tree(plan, trees)
     finally:
-        dp.close_plan(plan)
+        dflash_tree.disk.close_plan(plan)
     tree = first["tree"]["path"]
     compiled = []
     for rel, entry in sorted(first["manifest"]["files"].items()):
@@ -135,7 +137,7 @@ def main():
     target, draft, draft32 = (Path(paths[n]) for n in ("target", "draft", "draft32"))
 
     shutil.rmtree(work / "trees", ignore_errors=True)  # so the first build really builds
-    series = dp.read_series_dir(str(PATCH_DIR))
+    series = dflash_tree.series.read_series_dir(str(PATCH_DIR))
     assert [p["name"] for p in series[:2]] == REGISTRATION, [p["name"] for p in series]
     trees = {
         "registration": build(args.wheel, series[:2], str(work / "trees")),

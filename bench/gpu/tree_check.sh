@@ -3,7 +3,7 @@
 # then checked with sglang 0.5.11's real code (no server is started; each case imports sglang in a fresh
 # child, ~20 s each on the H200: ~7 minutes in all, so give the call timeout_s=600).
 #
-#   1. builds, from the pinned wheel (.cache/wheels, carried) with module_utils/dflash_patch.py, the
+#   1. builds, from the pinned wheel (.cache/wheels, carried) with module_utils/dflash_tree/, the
 #      registration prefix of the series (0001-0002) and the whole series; each twice (the second run
 #      must change nothing); compiles every patched file under this Python;
 #   2. with PYTHONPATH=<tree>:<sglang bundle>: `import sglang` comes from the tree,
@@ -35,7 +35,7 @@ echo "[tree_check] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1) git=$(g
 echo "[tree_check] command: bash bench/gpu/tree_check.sh (carry .gpu .cache/wheels)"
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader || true
 
-[ -f "$WHEEL" ] || { echo "[tree_check] missing $WHEEL (carry .cache/wheels; pytest tests/unit/test_patch_sglang.py fetches it)"; exit 2; }
+[ -f "$WHEEL" ] || { echo "[tree_check] missing $WHEEL (carry .cache/wheels; pytest tests/unit/tree/test_patch_sglang.py fetches it)"; exit 2; }
 want=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["wheels"][sys.argv[2]]["sha256"])' \
   files/patches/sglang/0.5.11/wheels.json "$(basename "$WHEEL")")
 got=$(sha256sum "$WHEEL" | cut -d' ' -f1)

@@ -38,10 +38,10 @@ def test_every_mismatch_is_named(tmp_path, capsys):
     assert out[:-1] == [
         "dflash_x: dflash_x_gone is in defaults/main.yml but not an option of any entry point",
         "dflash_x (main): dflash_x_a default 2 in argument_specs, 1 in defaults/main.yml",
-        "dflash_x (main): dflash_prefix default '/srv' in argument_specs, '/opt/dflash' in "
-        "roles/dflash/defaults/main.yml",
-        "dflash_x (main): dflash_x_new is an option without a default in defaults/main.yml "
-        "(nor roles/dflash/defaults/main.yml) and not required",
+        ("dflash_x (main): dflash_prefix default '/srv' in argument_specs, '/opt/dflash' in "
+        "roles/dflash/defaults/main.yml"),
+        ("dflash_x (main): dflash_x_new is an option without a default in defaults/main.yml "
+        "(nor roles/dflash/defaults/main.yml) and not required"),
     ]
     assert out[-1] == "argument_specs vs defaults: 2 roles, 4 mismatches"
 

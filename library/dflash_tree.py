@@ -1,10 +1,10 @@
 #!/usr/bin/python
-"""Ansible module: the patched sglang tree (thin wrapper over module_utils/dflash_patch.py)."""
+"""Ansible module: the patched sglang tree (thin wrapper over module_utils/dflash_tree/)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: sglang_tree
+module: dflash_tree
 short_description: Build, check or describe a content-addressed patched sglang tree
 description:
   - C(plan) (run on the controller) checks the pinned wheel's sha256, reads the patch series and
@@ -48,19 +48,18 @@ patches: {description: "[{name, sha256, content}] for build", returned: plan, ty
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_patch import (
-    TreeError,
+from ansible.module_utils.dflash_tree.common import TreeError
+from ansible.module_utils.dflash_tree.disk import (
     close_plan,
     ensure_tree,
     fact_from_manifest,
-    pack_src,
-    plan_src_archive,
     plan_summary,
-    plan_wheel,
     read_manifest,
-    read_series_dir,
     verify_tree,
 )
+from ansible.module_utils.dflash_tree.series import read_series_dir
+from ansible.module_utils.dflash_tree.source import pack_src, plan_src_archive
+from ansible.module_utils.dflash_tree.wheel import plan_wheel
 
 
 def _patches_from_args(items):

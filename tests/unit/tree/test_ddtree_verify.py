@@ -1,7 +1,7 @@
 """One DDTREE verify step through the real patched sglang code, on CPU.
 
 The files under test come from the patch series (with the DDTree patches appended if the series
-does not list them yet) applied to the pinned sglang 0.5.11 wheel with module_utils/dflash_patch.py:
+does not list them yet) applied to the pinned sglang 0.5.11 wheel with module_utils/dflash_tree/:
 the unmodified
 `dflash_info.py` (DFlashVerifyInput.prepare_for_verify: KV slot allocation and the req->token
 table), `spec_info.py`, and the DDTree files `ddtree_utils.py`, `ddtree_device.py` and
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="CPU torch is not installed: scripts/controller.sh installs it from the index or find-links pip is configured with")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "module_utils"))
 sys.path.insert(0, str(REPO / "tests" / "unit"))

@@ -1,4 +1,4 @@
-"""library/sglang_tree.py through Ansible itself (localhost, real wheel): plan -> build -> status,
+"""library/dflash_tree.py through Ansible itself (localhost, real wheel): plan -> build -> status,
 check mode, a second build unchanged, and a broken patch failing in plan with patch/file/hunk."""
 
 from __future__ import annotations
@@ -19,26 +19,26 @@ PLAYBOOK = """
     ansible_python_interpreter: "{{ ansible_playbook_python }}"
   tasks:
     - name: plan
-      sglang_tree: {action: plan, wheel: "{{ wheel }}", wheel_sha256: "{{ sha }}", patches_dir: "{{ pdir }}",
+      dflash_tree: {action: plan, wheel: "{{ wheel }}", wheel_sha256: "{{ sha }}", patches_dir: "{{ pdir }}",
                     trees_dir: "{{ trees }}"}
       register: plan
     - name: status before
-      sglang_tree: {action: status, trees_dir: "{{ trees }}", name: "{{ plan.plan.name }}", hash: "{{ plan.plan.hash }}"}
+      dflash_tree: {action: status, trees_dir: "{{ trees }}", name: "{{ plan.plan.name }}", hash: "{{ plan.plan.hash }}"}
       register: before
     - name: build in check mode
-      sglang_tree: &build {action: build, trees_dir: "{{ trees }}", name: "{{ plan.plan.name }}",
+      dflash_tree: &build {action: build, trees_dir: "{{ trees }}", name: "{{ plan.plan.name }}",
                            hash: "{{ plan.plan.hash }}", wheel: "{{ wheel }}", wheel_sha256: "{{ sha }}",
                            patches: "{{ plan.patches }}"}
       check_mode: true
       register: check
     - name: build
-      sglang_tree: *build
+      dflash_tree: *build
       register: first
     - name: build again
-      sglang_tree: *build
+      dflash_tree: *build
       register: second
     - name: status after
-      sglang_tree: {action: status, trees_dir: "{{ trees }}", name: "{{ plan.plan.name }}", hash: "{{ plan.plan.hash }}"}
+      dflash_tree: {action: status, trees_dir: "{{ trees }}", name: "{{ plan.plan.name }}", hash: "{{ plan.plan.hash }}"}
       register: after
     - name: dump
       ansible.builtin.copy:

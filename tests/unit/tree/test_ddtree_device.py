@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="CPU torch is not installed: scripts/controller.sh installs it from the index or find-links pip is configured with")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_ddtree_utils import TARGET, brute_force, load_from_patch

@@ -1,7 +1,7 @@
 """The DDTree patches (0101, 0102, 0103) after the series' registration patches, on the pinned wheel.
 
 Checks what can be checked without a GPU build of sglang: the series applies (with
-module_utils/dflash_patch.py), every file the DDTree patches touch compiles, the worker hook
+module_utils/dflash_tree/), every file the DDTree patches touch compiles, the worker hook
 in spec_info.py now hands out the DDTREE worker instead of refusing, ServerArgs' DDTREE
 handling (compiled out of the patched server_args.py and run on a stand-in) keeps 0002's rule
 (budget + 1 must not exceed the draft's block size, with a message naming both numbers and
@@ -18,9 +18,13 @@ import sys
 import types
 from pathlib import Path
 
+import dflash_tree.common
+import dflash_tree.diff
+import dflash_tree.series
+import dflash_tree.wheel
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "module_utils"))
 SPEC = "sglang/srt/speculative"
@@ -40,25 +44,24 @@ DDTREE_FILES = [
 DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch")
 
 
-def ddtree_series(dp, patch_dir):
+def ddtree_series(patch_dir):
     """The committed series, plus the DDTree patches appended if the series does not list them yet."""
-    patches = dp.read_series_dir(str(patch_dir))
+    patches = dflash_tree.series.read_series_dir(str(patch_dir))
     listed = {p["name"] for p in patches}
     for name in DDTREE_PATCHES:
         if name not in listed:
             content = (Path(patch_dir) / name).read_bytes()
-            patches.append({"name": name, "content": content, "sha256": dp.sha256_bytes(content)})
+            patches.append({"name": name, "content": content, "sha256": dflash_tree.common.sha256_bytes(content)})
     return patches
 
 
 def series_texts(rels):
     """relpath -> text of each file after the committed series is applied to the pinned wheel (the
     wheel's own text for a file the series does not touch)."""
-    dp = pytest.importorskip("dflash_patch")
     sglang_wheel = pytest.importorskip("sglang_wheel")
-    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
-        contents, _, _ = dp.apply_series(wheel.read, ddtree_series(dp, sglang_wheel.PATCH_DIR))
+        contents, _, _ = dflash_tree.diff.apply_series(wheel.read, ddtree_series(sglang_wheel.PATCH_DIR))
         return {rel: (contents.get(rel) if contents.get(rel) is not None else wheel.read(rel)).decode("utf-8")
                 for rel in rels}  # fmt: skip
     finally:
@@ -67,12 +70,11 @@ def series_texts(rels):
 
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory):
-    dp = pytest.importorskip("dflash_patch")
     sglang_wheel = pytest.importorskip("sglang_wheel")
-    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
-        patches = ddtree_series(dp, sglang_wheel.PATCH_DIR)
-        contents, _, touched = dp.apply_series(wheel.read, patches)
+        patches = ddtree_series(sglang_wheel.PATCH_DIR)
+        contents, _, touched = dflash_tree.diff.apply_series(wheel.read, patches)
     finally:
         wheel.close()
     root = tmp_path_factory.mktemp("ddtree-tree")
