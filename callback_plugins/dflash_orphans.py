@@ -5,7 +5,7 @@ subprocess, ssh or podman exec, in the same group). When ansible-playbook is kil
 terminal), its workers are orphaned and keep running their task, for as long as a 15-minute smoke
 wait takes. Loaded in the ansible-playbook process, this plugin registers an at-fork hook: every
 worker starts a watcher thread that ends the worker's process group once its parent is gone. The
-host's side is left to the activation journal (module_utils/dflash_activation.py): the next run, or
+host's side is left to the activation journal (module_utils/dflash_release/activation.py): the next run, or
 a reboot, finishes or reverts what the killed run left.
 """
 

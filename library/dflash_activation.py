@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: one step of the activation transaction (logic: module_utils/dflash_activation.py)."""
+"""Ansible module: one step of the activation transaction (logic: module_utils/dflash_release/activation.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ description:
     the instances to restart and smoke-test; C(finish) then deletes the journal.
   - C(recover) says what an unfinished journal needs (C(none), C(commit) or C(revert)); C(serving) checks
     what serves now (unit state and C(/health) of every instance of the current release).
-  - Logic lives in C(module_utils/dflash_activation.py).
+  - Logic lives in C(module_utils/dflash_release/activation.py).
 options:
   action:
     description: The step.
@@ -64,7 +64,8 @@ lines: {description: What serves, one line per instance, checked (serving)., typ
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_activation import (
+from ansible.module_utils.dflash_diskspace import os_error_message
+from ansible.module_utils.dflash_release.activation import (
     ActivationError,
     Runner,
     Systemd,
@@ -86,7 +87,6 @@ from ansible.module_utils.dflash_activation import (
     switch,
     unit_of,
 )
-from ansible.module_utils.dflash_diskspace import os_error_message
 
 
 def main():

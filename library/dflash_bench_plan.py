@@ -51,7 +51,7 @@ from ansible.module_utils.dflash_bench_flags import get_flag
 from ansible.module_utils.dflash_bench_matrix import MatrixError, normalize
 from ansible.module_utils.dflash_bench_plan import plan
 from ansible.module_utils.dflash_instances import gather_host_facts
-from ansible.module_utils.dflash_release import current_id
+from ansible.module_utils.dflash_release.activation import current_target as current_id
 
 
 def main():

@@ -15,7 +15,7 @@ description:
     (order from the manifests); C(rollback_plan) says which release a rollback goes to and what
     changes; C(rollback) does both and switches current to the target; C(prune) keeps the newest O(keep) (and current and O(protect)) and removes unused
     patched trees and, with O(prune_layers), unused layers.
-  - Logic lives in C(module_utils/dflash_release.py).
+  - Logic lives in C(module_utils/dflash_release/).
 options:
   action:
     description: What to do.
@@ -68,18 +68,18 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_diskspace import os_error_message
-from ansible.module_utils.dflash_release import (
-    ReleaseError,
+from ansible.module_utils.dflash_release.manifest import ReleaseError
+from ansible.module_utils.dflash_release.ops import (
     activate,
     deactivate,
     listing,
-    load_releases,
     mark,
     plan_rollback,
     prepare,
     prune,
     rollback,
 )
+from ansible.module_utils.dflash_release.store import load_releases
 
 try:
     from ansible.module_utils.dflash_layers import prune_candidates

@@ -103,7 +103,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_release import ReleaseError, mark
+from ansible.module_utils.dflash_release.manifest import ReleaseError
+from ansible.module_utils.dflash_release.ops import mark
 from ansible.module_utils.dflash_runner import log_since_last_start
 from ansible.module_utils.dflash_runner import show as runner_show
 from ansible.module_utils.dflash_runner import start as runner_start

@@ -14,13 +14,15 @@ try:
     from ansible.module_utils import dflash_bench_matrix as mx
     from ansible.module_utils.dflash_bench_flags import FlagsError, config_command, get_flag
     from ansible.module_utils.dflash_fingerprint import check_requested_gpus
-    from ansible.module_utils.dflash_release import ReleaseError, fingerprint_digest, render_env_file
+    from ansible.module_utils.dflash_release.envfile import render_env_file
+    from ansible.module_utils.dflash_release.manifest import ReleaseError, fingerprint_digest
     from ansible.module_utils.dflash_smoke import endpoint, expected_algorithm
 except ImportError:
     import dflash_bench_matrix as mx
     from dflash_bench_flags import FlagsError, config_command, get_flag
     from dflash_fingerprint import check_requested_gpus
-    from dflash_release import ReleaseError, fingerprint_digest, render_env_file
+    from dflash_release.envfile import render_env_file
+    from dflash_release.manifest import ReleaseError, fingerprint_digest
     from dflash_smoke import endpoint, expected_algorithm
 
 BLOCK_FLAGS = ("--speculative-dflash-block-size", "--speculative-num-draft-tokens")

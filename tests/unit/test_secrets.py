@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dflash_release as rel
+import dflash_release.manifest
+import dflash_release.ops
 import dflash_secrets as sec
 import dflash_smoke as smoke
 import pytest
@@ -68,7 +69,7 @@ def flags(env=None):
 
 def test_release_writes_secrets_to_the_env_file_only(tmp_path):
     prefix = str(tmp_path)
-    out = rel.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY,
+    out = dflash_release.ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY,
                                                                                        "HF_TOKEN": "hf_secret"}})
     env = Path(out["path"]) / "instances" / "a.env"
     assert f'DFLASH_API_KEY="{KEY}"' in env.read_text() and oct(env.stat().st_mode & 0o777) == "0o600"
@@ -76,15 +77,15 @@ def test_release_writes_secrets_to_the_env_file_only(tmp_path):
     assert holders == [env]
     assert out["manifest"]["instances"]["a"]["secrets"] == ["DFLASH_API_KEY", "HF_TOKEN"]
     # a new key is a new release (the digest follows the key through the host's salt), the same key is not
-    again = rel.prepare(prefix, LAYERS, None, flags(), None, "rev", False,
+    again = dflash_release.ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False,
                         secrets={"a": {"DFLASH_API_KEY": KEY, "HF_TOKEN": "hf_secret"}})
     assert again["id"] == out["id"] and not again["created"]
-    other = rel.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY + "2"}})
+    other = dflash_release.ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY + "2"}})
     assert other["id"] != out["id"]
 
 
 def test_manifest_masks_credential_env_that_reached_the_flags():
-    content = rel.build_content(LAYERS, None, flags({"HF_TOKEN": "hf_leak", "X": "1"}), None, {"a": "text"})
+    content = dflash_release.manifest.build_content(LAYERS, None, flags({"HF_TOKEN": "hf_leak", "X": "1"}), None, {"a": "text"})
     assert content["instances"]["a"]["env"] == {"HF_TOKEN": "********", "X": "1"}
 
 

@@ -1,4 +1,4 @@
-"""The activation transaction (module_utils/dflash_activation.py) on a real prefix in tmp_path.
+"""The activation transaction (module_utils/dflash_release/activation.py) on a real prefix in tmp_path.
 
 A fake service backend records what would be stopped / enabled and says which units are active;
 everything else (journal, backups, unit files, the current link) is the real filesystem code.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-import dflash_activation as a
+import dflash_release.activation
 import pytest
 
 RID_OLD = "20260101T000000-aaaaaaaa"
@@ -76,9 +76,9 @@ def host(tmp_path):
 
 
 def start(h, restart_all=False, remove=()):
-    prev = a.read_manifest(h["prefix"], a.current_target(h["prefix"]))
-    p = a.plan(h["prefix"], RID_NEW, ["new", "keep"], h["staged"], ["new"], ["new"], restart_all, list(remove), prev)
-    return p, a.begin(h["prefix"], RID_NEW, p, h["backend"], host="ct200", controller="me@box", boot="boot-1")
+    prev = dflash_release.activation.read_manifest(h["prefix"], dflash_release.activation.current_target(h["prefix"]))
+    p = dflash_release.activation.plan(h["prefix"], RID_NEW, ["new", "keep"], h["staged"], ["new"], ["new"], restart_all, list(remove), prev)
+    return p, dflash_release.activation.begin(h["prefix"], RID_NEW, p, h["backend"], host="ct200", controller="me@box", boot="boot-1")
 
 
 def test_plan_restarts_changed_units_and_stops_the_instance_whose_port_is_taken(host):
@@ -87,64 +87,64 @@ def test_plan_restarts_changed_units_and_stops_the_instance_whose_port_is_taken(
     assert p["stop_first"] == [{"instance": "old", "unit": "dflash-old.service", "port": 30001, "for": "new"}]
     assert [u["change"] for u in p["units"]] == ["new", "update"]
     # begin changes nothing that serves: same current, same unit files, the backup and the journal only
-    assert a.current_target(host["prefix"]) == RID_OLD
+    assert dflash_release.activation.current_target(host["prefix"]) == RID_OLD
     assert (host["units"] / "dflash-keep.service").read_text().endswith("v1\n")
     assert not (host["units"] / "dflash-new.service").exists()
-    journal = a.read_journal(host["prefix"])
+    journal = dflash_release.activation.read_journal(host["prefix"])
     assert journal["state"] == "begun" and journal["previous"] == RID_OLD and journal["boot_id"] == "boot-1"
-    assert oct(os.stat(a.journal_path(host["prefix"])).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(dflash_release.activation.journal_path(host["prefix"])).st_mode & 0o777) == "0o600"
     assert journal["active_before"] == {"keep": True, "new": False, "old": True}
     assert host["backend"].calls == []
 
 
 def test_a_second_begin_is_refused_while_one_is_unfinished(host):
     start(host)
-    with pytest.raises(a.ActivationError, match="unfinished"):
+    with pytest.raises(dflash_release.activation.ActivationError, match="unfinished"):
         start(host)
 
 
 def test_full_transaction_then_commit(host):
     start(host, remove=[{"instance": "old", "unit": "dflash-old.service", "stage_unit": False, "cache": True}])
-    a.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
     assert (host["units"] / "dflash-new.service").read_text().endswith("v2\n")
     assert ("enable", ("dflash-new.service", "dflash-keep.service")) in host["backend"].calls
-    a.switch(host["prefix"], RID_NEW, host["backend"])
-    assert a.current_target(host["prefix"]) == RID_NEW
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
+    assert dflash_release.activation.current_target(host["prefix"]) == RID_NEW
     assert ("stop", ("dflash-old.service",)) in host["backend"].calls
-    assert a.decide(a.read_journal(host["prefix"]), {}) == "revert"  # not proven yet
-    a.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "cache"))
-    assert a.read_journal(host["prefix"]) is None
+    assert dflash_release.activation.decide(dflash_release.activation.read_journal(host["prefix"]), {}) == "revert"  # not proven yet
+    dflash_release.activation.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "cache"))
+    assert dflash_release.activation.read_journal(host["prefix"]) is None
     assert not (host["units"] / "dflash-old.service").exists()
-    assert not os.path.exists(os.path.join(host["prefix"], a.BACKUPS))
+    assert not os.path.exists(os.path.join(host["prefix"], dflash_release.activation.BACKUPS))
 
 
 def test_revert_after_switch_puts_back_exactly_what_was(host):
     before = {p.name: p.read_text() for p in host["units"].iterdir()}
     start(host)
-    a.install(host["prefix"], RID_NEW, host["backend"])
-    a.switch(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
     host["backend"].active |= {"dflash-new.service"}  # the smoke test started it
-    out = a.revert(host["prefix"], host["backend"])
-    assert a.current_target(host["prefix"]) == RID_OLD
+    out = dflash_release.activation.revert(host["prefix"], host["backend"])
+    assert dflash_release.activation.current_target(host["prefix"]) == RID_OLD
     assert {p.name: p.read_text() for p in host["units"].iterdir()} == before
     # old ran before and was stopped for its port, keep's unit changed: both restarted; new stopped
     assert out["restart"] == ["keep", "old"] and out["stopped"] == ["new"]
     assert "dflash-new.service" not in host["backend"].active
     assert ("enable", ("dflash-keep.service",)) in host["backend"].calls
-    assert a.read_journal(host["prefix"])["state"] == "reverting"
+    assert dflash_release.activation.read_journal(host["prefix"])["state"] == "reverting"
     # an interrupted revert is simply done again
-    again = a.revert(host["prefix"], host["backend"])
+    again = dflash_release.activation.revert(host["prefix"], host["backend"])
     assert again["restart"] == ["keep", "old"] and again["restored_units"] == []
-    a.finish(host["prefix"])
-    assert a.read_journal(host["prefix"]) is None
+    dflash_release.activation.finish(host["prefix"])
+    assert dflash_release.activation.read_journal(host["prefix"]) is None
 
 
 def test_revert_leaves_stopped_what_did_not_run_before(host):
     host["backend"].active.discard("dflash-keep.service")
     start(host)
-    a.install(host["prefix"], RID_NEW, host["backend"])
-    a.switch(host["prefix"], RID_NEW, host["backend"])
-    out = a.revert(host["prefix"], host["backend"])
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
+    out = dflash_release.activation.revert(host["prefix"], host["backend"])
     assert out["restart"] == ["old"] and sorted(out["stopped"]) == ["keep", "new"]
 
 
@@ -157,68 +157,68 @@ def test_first_deploy_revert_removes_current(tmp_path):
     staged = [{"instance": "new", "src": str(prefix / "units" / "dflash-new.service"),
                "dest": str(units / "dflash-new.service")}]
     b = FakeBackend()
-    p = a.plan(str(prefix), RID_NEW, ["new"], staged, ["new"], ["new"], False, [], {})
-    a.begin(str(prefix), RID_NEW, p, b, boot="b")
-    a.install(str(prefix), RID_NEW, b)
-    a.switch(str(prefix), RID_NEW, b)
-    out = a.revert(str(prefix), b)
+    p = dflash_release.activation.plan(str(prefix), RID_NEW, ["new"], staged, ["new"], ["new"], False, [], {})
+    dflash_release.activation.begin(str(prefix), RID_NEW, p, b, boot="b")
+    dflash_release.activation.install(str(prefix), RID_NEW, b)
+    dflash_release.activation.switch(str(prefix), RID_NEW, b)
+    out = dflash_release.activation.revert(str(prefix), b)
     assert out["restart"] == [] and out["stopped"] == ["new"]
-    assert a.current_target(str(prefix)) is None and not (units / "dflash-new.service").exists()
+    assert dflash_release.activation.current_target(str(prefix)) is None and not (units / "dflash-new.service").exists()
     assert ("disable", ("dflash-new.service",)) in b.calls
 
 
 def test_unchanged_rerun_writes_no_journal(host):
-    a.point_current(host["prefix"], RID_NEW)
+    dflash_release.activation.point_current(host["prefix"], RID_NEW)
     for u in host["staged"]:
         with open(u["src"]) as src, open(u["dest"], "w") as dst:
             dst.write(src.read())
     host["backend"].active = {"dflash-new.service", "dflash-keep.service"}
-    p = a.plan(host["prefix"], RID_NEW, ["new", "keep"], host["staged"], [], [], False, [],
-               a.read_manifest(host["prefix"], RID_NEW))
-    j = a.begin(host["prefix"], RID_NEW, p, host["backend"])
-    assert j["noop"] and a.read_journal(host["prefix"]) is None
+    p = dflash_release.activation.plan(host["prefix"], RID_NEW, ["new", "keep"], host["staged"], [], [], False, [],
+               dflash_release.activation.read_manifest(host["prefix"], RID_NEW))
+    j = dflash_release.activation.begin(host["prefix"], RID_NEW, p, host["backend"])
+    assert j["noop"] and dflash_release.activation.read_journal(host["prefix"]) is None
 
 
 def test_decide_commit_only_when_proven_after_the_journal(host):
     start(host)
-    a.install(host["prefix"], RID_NEW, host["backend"])
-    a.switch(host["prefix"], RID_NEW, host["backend"])
-    j = a.read_journal(host["prefix"])
-    assert a.decide(j, {"status": "healthy", "at": "2000-01-01T00:00:00.000000Z"}) == "revert"
-    assert a.decide(j, {"status": "failed", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
-    assert a.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "commit"
-    assert a.decide(None, {}) == "none"
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
+    j = dflash_release.activation.read_journal(host["prefix"])
+    assert dflash_release.activation.decide(j, {"status": "healthy", "at": "2000-01-01T00:00:00.000000Z"}) == "revert"
+    assert dflash_release.activation.decide(j, {"status": "failed", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
+    assert dflash_release.activation.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "commit"
+    assert dflash_release.activation.decide(None, {}) == "none"
     j["state"] = "units"
-    assert a.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
+    assert dflash_release.activation.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
 
 
 def test_boot_guard_reverts_an_unproven_activation_of_an_earlier_boot(host):
     start(host)
-    a.install(host["prefix"], RID_NEW, host["backend"])
-    a.switch(host["prefix"], RID_NEW, host["backend"])
-    assert "same boot" in a.boot_guard(host["prefix"], host["backend"], boot="boot-1")
-    assert a.current_target(host["prefix"]) == RID_NEW
-    said = a.boot_guard(host["prefix"], host["backend"], boot="boot-2")
-    assert "reverted at boot" in said and a.current_target(host["prefix"]) == RID_OLD
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
+    assert "same boot" in dflash_release.activation.boot_guard(host["prefix"], host["backend"], boot="boot-1")
+    assert dflash_release.activation.current_target(host["prefix"]) == RID_NEW
+    said = dflash_release.activation.boot_guard(host["prefix"], host["backend"], boot="boot-2")
+    assert "reverted at boot" in said and dflash_release.activation.current_target(host["prefix"]) == RID_OLD
     assert not (host["units"] / "dflash-new.service").exists()
-    assert a.read_journal(host["prefix"])["state"] == "reverted-at-boot"
-    assert "already reverted" in a.boot_guard(host["prefix"], host["backend"], boot="boot-3")
+    assert dflash_release.activation.read_journal(host["prefix"])["state"] == "reverted-at-boot"
+    assert "already reverted" in dflash_release.activation.boot_guard(host["prefix"], host["backend"], boot="boot-3")
     # the next run finishes it: restart what ran before, then the journal goes
-    assert a.revert(host["prefix"], host["backend"])["restart"] == ["keep", "old"]
+    assert dflash_release.activation.revert(host["prefix"], host["backend"])["restart"] == ["keep", "old"]
 
 
 def test_boot_guard_leaves_a_proven_release(host):
     start(host)
-    a.install(host["prefix"], RID_NEW, host["backend"])
-    a.switch(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
     with open(os.path.join(host["prefix"], "releases", RID_NEW, "status.json"), "w") as fh:
         fh.write(json.dumps({"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}))
-    assert "passed the smoke test" in a.boot_guard(host["prefix"], host["backend"], boot="boot-2")
-    assert a.current_target(host["prefix"]) == RID_NEW
+    assert "passed the smoke test" in dflash_release.activation.boot_guard(host["prefix"], host["backend"], boot="boot-2")
+    assert dflash_release.activation.current_target(host["prefix"]) == RID_NEW
 
 
 def test_serving_checks_units_and_health(host):
-    got = a.serving(host["prefix"], host["backend"], check=lambda url: 200 if url.endswith(":30001/health") else None)
+    got = dflash_release.activation.serving(host["prefix"], host["backend"], check=lambda url: 200 if url.endswith(":30001/health") else None)
     assert got["current"] == RID_OLD
     assert got["instances"]["old"]["serving"] and not got["instances"]["keep"]["serving"]
     assert got["lines"][2] == ("old: serving on http://127.0.0.1:30001 (unit dflash-old.service active, /health 200)")
@@ -226,27 +226,27 @@ def test_serving_checks_units_and_health(host):
 
 
 def test_steps_refuse_without_a_journal(host):
-    with pytest.raises(a.ActivationError, match="no activation of"):
-        a.install(host["prefix"], RID_NEW, host["backend"])
-    assert a.revert(host["prefix"], host["backend"])["changed"] is False
+    with pytest.raises(dflash_release.activation.ActivationError, match="no activation of"):
+        dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    assert dflash_release.activation.revert(host["prefix"], host["backend"])["changed"] is False
 
 
 def test_unreadable_journal_says_what_to_do(host):
-    with open(a.journal_path(host["prefix"]), "w") as fh:
+    with open(dflash_release.activation.journal_path(host["prefix"]), "w") as fh:
         fh.write("{half")
-    with pytest.raises(a.ActivationError, match="interrupted while writing"):
-        a.read_journal(host["prefix"])
+    with pytest.raises(dflash_release.activation.ActivationError, match="interrupted while writing"):
+        dflash_release.activation.read_journal(host["prefix"])
 
 
 def test_guard_main_without_journal(host, capsys):
-    assert a.main(["boot-guard", "--prefix", host["prefix"]]) == 0
+    assert dflash_release.activation.main(["boot-guard", "--prefix", host["prefix"]]) == 0
     assert "no unfinished activation" in capsys.readouterr().out
 
 
 def test_runner_backend_for_hosts_without_systemd(tmp_path):
     stopped = []
     show = {str(tmp_path / "dflash-a.service.pid"): {"ActiveState": "active"}}
-    r = a.Runner(str(tmp_path), stop=stopped.append, show=lambda pid: show.get(pid, {"ActiveState": "inactive"}))
+    r = dflash_release.activation.Runner(str(tmp_path), stop=stopped.append, show=lambda pid: show.get(pid, {"ActiveState": "inactive"}))
     assert r.is_active("dflash-a.service") and not r.is_active("dflash-b.service")
     r.stop(["dflash-a.service"])
     r.reload()
@@ -261,7 +261,7 @@ def test_systemd_backend_commands():
         calls.append(argv)
         return 0, "active\n" if argv[1] == "is-active" else "disabled\n", ""
 
-    s = a.Systemd(run, no_block=True)
+    s = dflash_release.activation.Systemd(run, no_block=True)
     assert s.is_active("u") and not s.is_enabled("u")
     s.stop(["u"])
     s.stop([])
@@ -270,12 +270,12 @@ def test_systemd_backend_commands():
 
 def test_a_started_commit_is_finished_never_reverted(host):
     start(host, remove=[{"instance": "old", "unit": "dflash-old.service", "stage_unit": False, "cache": True}])
-    a.install(host["prefix"], RID_NEW, host["backend"])
-    a.switch(host["prefix"], RID_NEW, host["backend"])
-    j = a.read_journal(host["prefix"])
-    a.write_journal(host["prefix"], j, "committing")  # as commit() does before its removals
-    assert a.decide(a.read_journal(host["prefix"]), {}) == "commit"
-    with pytest.raises(a.ActivationError, match="not reverted; run the play again"):
-        a.revert(host["prefix"], host["backend"])
-    a.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "c"))
-    assert a.read_journal(host["prefix"]) is None and a.current_target(host["prefix"]) == RID_NEW
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
+    j = dflash_release.activation.read_journal(host["prefix"])
+    dflash_release.activation.write_journal(host["prefix"], j, "committing")  # as commit() does before its removals
+    assert dflash_release.activation.decide(dflash_release.activation.read_journal(host["prefix"]), {}) == "commit"
+    with pytest.raises(dflash_release.activation.ActivationError, match="not reverted; run the play again"):
+        dflash_release.activation.revert(host["prefix"], host["backend"])
+    dflash_release.activation.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "c"))
+    assert dflash_release.activation.read_journal(host["prefix"]) is None and dflash_release.activation.current_target(host["prefix"]) == RID_NEW

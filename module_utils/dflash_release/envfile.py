@@ -1,0 +1,73 @@
+"""The instances' env files (``instances/<name>.env``, 0600, systemd EnvironmentFile syntax)."""
+
+from __future__ import annotations
+
+from .manifest import ENV_KEY_RE, ReleaseError
+
+
+def _quote_env_value(value: str) -> str:
+    # systemd EnvironmentFile: inside double quotes a backslash escapes  "  \  `  $  and
+    # newlines would continue the value, so those are escaped / refused.
+    out = value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$")
+    return '"' + out + '"'
+
+
+def render_env_file(env: dict, args: list, where: str) -> str:
+    """EnvironmentFile text for one instance: the env (sorted) then DFLASH_ARGS.
+
+    ``where`` names host/instance for error messages.  The unit expands ``$DFLASH_ARGS``
+    unquoted, which systemd splits at whitespace without any quote handling: an argument that
+    contains whitespace cannot survive that and is refused here rather than mangled."""
+    lines = ["# managed by dflash-deploy (dflash_release); read by dflash-<instance>.service"]
+    for key in sorted(env or {}):
+        value = env[key]
+        if not ENV_KEY_RE.match(str(key)):
+            raise ReleaseError(f"{where}: env: {key!r} is not a valid environment variable name")
+        if key == "DFLASH_ARGS":
+            raise ReleaseError(f"{where}: env: DFLASH_ARGS is reserved for the rendered flags")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        value = str(value)
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise ReleaseError(f"{where}: env.{key}: a value may not contain newlines or NUL")
+        lines.append(f"{key}={_quote_env_value(value)}")
+    joined = []
+    for i, arg in enumerate(args or []):
+        arg = str(arg)
+        if arg == "" or any(c.isspace() for c in arg):
+            raise ReleaseError(
+                f"{where}: args[{i}] {arg!r}: empty or contains whitespace; systemd splits "
+                "$DFLASH_ARGS at whitespace (write JSON flags compactly, without spaces)"
+            )
+        joined.append(arg)
+    lines.append(f"DFLASH_ARGS={_quote_env_value(' '.join(joined))}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_env_file(text: str) -> dict:
+    """Parse EnvironmentFile text the way systemd does for the subset render_env_file writes
+    (comments, KEY=value, KEY="value" with \\-escapes, KEY='value')."""
+    env = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, _, rest = line.partition("=")
+        key = key.strip()
+        rest = rest.lstrip()
+        if rest.startswith('"'):
+            out, i = [], 1
+            while i < len(rest) and rest[i] != '"':
+                if rest[i] == "\\" and i + 1 < len(rest):
+                    i += 1
+                out.append(rest[i])
+                i += 1
+            value = "".join(out)
+        elif rest.startswith("'"):
+            value = rest[1 : rest.index("'", 1)]
+        else:
+            value = rest.rstrip()
+        env[key] = value
+    return env

@@ -1,0 +1,342 @@
+"""The operations of library/dflash_release.py: prepare, activate, deactivate, mark, listing, rollback, prune,
+the plan for instances absent from the inventory."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+
+try:
+    from ansible.module_utils.dflash_secrets import load_salt, salted
+except ImportError:  # pytest / the controller: module_utils/ on sys.path
+    from dflash_secrets import load_salt, salted
+
+from .activation import current_target as current_id
+from .envfile import render_env_file
+from .manifest import (
+    INSTANCE_NAME_RE,
+    MANIFEST,
+    RELEASE_ID_RE,
+    STATUS,
+    ReleaseError,
+    build_content,
+    build_manifest,
+    content_hash,
+    diff_manifests,
+    make_release_id,
+)
+from .order import (
+    changed_instances,
+    find_reusable,
+    next_sequence,
+    order_releases,
+    plan_prune,
+    referenced_paths,
+    rollback_target,
+    unreferenced_dirs,
+)
+from .store import (
+    iso,
+    load_releases,
+    load_statuses,
+    read_json,
+    releases_dir,
+    set_symlink,
+    utc_now,
+    verify_release_dir,
+    write_file_atomic,
+    write_release,
+)
+
+
+def sweep_staging(prefix: str) -> list:
+    """Staging left by an interrupted run: releases/.tmp-* directories and .tmp-current-* links (one
+    deploy at a time per host: nothing else writes them)."""
+    gone = []
+    for path in sorted(glob.glob(os.path.join(releases_dir(prefix), ".tmp-*")) +
+                       glob.glob(os.path.join(prefix, ".tmp-current-*"))):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+        gone.append(path)
+    return gone
+
+
+def drop_world_write(prefix: str) -> list:
+    """Files and directories under the prefix that anyone may write (uv creates its lock files 0666): the
+    write bit for others goes. Symlinks are left alone. Returns the paths changed."""
+    fixed = []
+    for root, dirs, files in os.walk(prefix):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not os.path.islink(path) and st.st_mode & 0o002:
+                os.chmod(path, st.st_mode & 0o7775)
+                fixed.append(path)
+    return fixed
+
+
+UNIT_RE = re.compile(r"^dflash-(stage-)?(.+)\.service$")
+
+
+NOT_INSTANCE_UNITS = ("dflash-guard.service",)
+
+
+def absent_plan(cur_manifest, unit_files, flags, remove_absent=False, remove=()):
+    """Instances the host has (current release, installed units) that the inventory no longer lists.
+
+    They are kept (carried into the new release unchanged, still serving) unless removal is asked for:
+    ``remove_absent`` (all of them) or ``remove`` (by name). -> {carry: [names], remove: [{instance, unit,
+    stage_unit, cache}], unknown: [names in ``remove`` the host does not have], kept_units: [installed
+    units of absent instances that no release describes, left alone]}"""
+    wanted = set(flags or {})
+    units = set(unit_files or []) - set(NOT_INSTANCE_UNITS)
+    installed = {m.group(2) for u in units if (m := UNIT_RE.match(u)) and not m.group(1)}
+    staged = {m.group(2) for u in units if (m := UNIT_RE.match(u)) and m.group(1)}
+    in_release = set((cur_manifest or {}).get("instances") or {})
+    absent = (installed | in_release) - wanted
+    asked = set(remove or ())
+    to_remove = absent if remove_absent else absent & asked
+    out = {"carry": sorted((in_release - wanted) - to_remove),
+           "remove": [{"instance": n, "unit": f"dflash-{n}.service", "stage_unit": n in staged, "cache": True}
+                      for n in sorted(to_remove)],
+           "unknown": sorted(asked - absent - wanted),
+           "kept_units": sorted(f"dflash-{n}.service" for n in (installed - wanted - in_release - to_remove))}
+    # a staging unit an instance that stays no longer needs (its model_source was dropped)
+    for n in sorted(staged & wanted):
+        if not ((flags or {}).get(n) or {}).get("model_source"):
+            out["remove"].append({"instance": n, "unit": f"dflash-stage-{n}.service", "stage_unit": False,
+                                  "cache": False})
+    return out
+
+
+def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None,
+            secrets=None, remove_absent=False, remove=(), unit_dir=None):
+    """Find or create the release for these inputs.  Nothing is activated here.
+
+    ``secrets``: {instance: {VAR: value}} written to the env file only. Instances of the current
+    release that the inventory no longer has are carried over unchanged unless removal is asked for
+    (``remove_absent``, ``remove``; see absent_plan).
+
+    Returns {id, path, created (bool: a new directory), previous (current id or None),
+    activate (bool: current does not point at it yet), changed_instances, manifest, repaired,
+    carried, remove, swept}."""
+    flags = flags or {}
+    secrets = secrets or {}
+    swept = [] if check_mode else sweep_staging(prefix)
+    unwritable = [] if check_mode else drop_world_write(prefix)
+    salt = load_salt(prefix, create=not check_mode) if secrets else b""
+    env_texts, digest_texts = {}, {}
+    for name in sorted(flags):
+        if not INSTANCE_NAME_RE.match(name):
+            raise ReleaseError(f"{host}: instance {name!r}: name must match {INSTANCE_NAME_RE.pattern}")
+        f = flags[name] or {}
+        where = f"{host}: instance {name}"
+        sec = {str(k): str(v) for k, v in (secrets.get(name) or {}).items()}
+        env = dict(f.get("env") or {})
+        env_texts[name] = render_env_file({**env, **sec}, f.get("args") or [], where)
+        digest_texts[name] = render_env_file({**env, **{k: salted(v, salt) for k, v in sec.items()}},
+                                             f.get("args") or [], where)
+    manifests, problems = load_releases(prefix)
+    by_id = {m["id"]: m for m in manifests}
+    cur = current_id(prefix)
+    cur_manifest = by_id.get(cur)
+    unit_files = [os.path.basename(p) for p in glob.glob(os.path.join(unit_dir, "dflash-*.service"))] if unit_dir else []
+    absent = absent_plan(cur_manifest, unit_files, flags, remove_absent, remove)
+    carried = {}
+    for name in absent["carry"]:
+        try:
+            with open(os.path.join(releases_dir(prefix), cur, "instances", name + ".env"), encoding="utf-8") as fh:
+                env_texts[name] = fh.read()
+            carried[name] = cur_manifest["instances"][name]
+        except OSError as exc:
+            problems.append(f"instance {name} (not in the inventory, kept): its env file in {cur} is unreadable "
+                            f"({exc.__class__.__name__}); it is not carried into the new release")
+    content = build_content(layers, tree, flags, fingerprint, digest_texts,
+                            {n: list(secrets.get(n) or {}) for n in flags}, carried)
+    chash = content_hash(content)
+    reuse = find_reusable(manifests, chash)
+    result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": [],
+              "carried": sorted(carried), "remove": absent["remove"], "remove_unknown": absent["unknown"],
+              "kept_units": absent["kept_units"], "swept": swept, "world_writable_fixed": len(unwritable)}
+    if reuse:
+        rid = reuse["id"]
+        manifest = reuse
+        result["created"] = False
+        fix = verify_release_dir(prefix, reuse, env_texts)
+        if fix and not check_mode:
+            # a reused release whose files drifted (edited by hand): put them back
+            path = os.path.join(releases_dir(prefix), rid)
+            os.makedirs(os.path.join(path, "instances"), mode=0o755, exist_ok=True)
+            for name, text in env_texts.items():
+                write_file_atomic(os.path.join(path, "instances", name + ".env"), text, 0o600)
+            for link, target in (("venv", reuse.get("venv")), ("tree", reuse.get("tree_path"))):
+                if target:
+                    set_symlink(os.path.join(path, link), target)
+        result["repaired"] = fix
+    else:
+        now = now or utc_now()
+        rid = make_release_id(now, chash)
+        manifest = build_manifest(
+            content, rid, next_sequence(manifests), iso(now), revision, dirty, result["previous"]
+        )
+        result["created"] = True
+        if not check_mode:
+            write_release(prefix, manifest, env_texts)
+    if cur == rid:
+        result["previous"] = manifest.get("previous")
+    result.update(
+        status=(load_statuses(prefix, [rid]).get(rid) or {}).get("status", "unknown"),
+        id=rid,
+        path=os.path.join(releases_dir(prefix), rid),
+        activate=(cur != rid),
+        changed_instances=changed_instances(manifest, cur_manifest if cur != rid else manifest),
+        manifest=manifest,
+    )
+    if cur != rid and cur_manifest is None:
+        result["changed_instances"] = sorted(manifest.get("instances") or {})
+    return result
+
+
+def activate(prefix: str, release_id: str, check_mode=False) -> dict:
+    """Point ``<prefix>/current`` at ``releases/<id>`` (relative link, atomic rename)."""
+    path = os.path.join(releases_dir(prefix), release_id)
+    exists = os.path.isfile(os.path.join(path, MANIFEST))
+    # in check mode a release that prepare would create does not exist yet
+    if not RELEASE_ID_RE.match(release_id) or not (exists or check_mode):
+        raise ReleaseError(f"release {release_id}: {path}/{MANIFEST} not found")
+    before = current_id(prefix)
+    if before == release_id:
+        return {"changed": False, "previous": before, "current": release_id}
+    if not check_mode:
+        set_symlink(os.path.join(prefix, "current"), os.path.join("releases", release_id))
+    return {"changed": True, "previous": before, "current": release_id}
+
+
+def deactivate(prefix: str, check_mode=False) -> dict:
+    """Remove the current link (a first deploy that failed has nothing to go back to)."""
+    link = os.path.join(prefix, "current")
+    before = current_id(prefix)
+    if before is None:
+        return {"changed": False, "previous": None, "current": None}
+    if not check_mode:
+        os.unlink(link)
+    return {"changed": True, "previous": before, "current": None}
+
+
+def mark(prefix: str, release_id: str, status: str, detail: dict, check_mode=False, now=None) -> dict:
+    """Record the smoke verdict of a release (status.json); changed only when status differs."""
+    if status not in ("healthy", "failed"):
+        raise ReleaseError(f"status must be healthy or failed, got {status!r}")
+    path = os.path.join(releases_dir(prefix), release_id, STATUS)
+    try:
+        old = read_json(path)
+    except (OSError, ValueError):
+        old = None
+    if old and old.get("status") == status and old.get("detail") == detail:
+        return {"changed": False, "status": old}
+    new = {"status": status, "at": iso(now or utc_now()), "detail": detail}
+    if not check_mode:
+        write_file_atomic(path, json.dumps(new, indent=2, sort_keys=True) + "\n")
+    return {"changed": True, "status": new}
+
+
+def listing(prefix: str) -> dict:
+    """All releases, oldest first, with their status and which one is current."""
+    manifests, problems = load_releases(prefix)
+    ordered = order_releases(manifests)
+    statuses = load_statuses(prefix, [m["id"] for m in ordered])
+    cur = current_id(prefix)
+    rows = [
+        {
+            "id": m["id"],
+            "sequence": m.get("sequence"),
+            "created": m.get("created"),
+            "revision": (m.get("toolkit") or {}).get("revision"),
+            "dirty": (m.get("toolkit") or {}).get("dirty"),
+            "instances": sorted(m.get("instances") or {}),
+            "status": (statuses.get(m["id"]) or {}).get("status", "unknown"),
+            "current": m["id"] == cur,
+        }
+        for m in ordered
+    ]
+    lines = [
+        f"{row['id']}  seq {row['sequence']}  {row['created']}  {row['status']}"
+        f"  rev {str(row['revision'])[:12]}{'-dirty' if row['dirty'] else ''}"
+        f"  [{', '.join(row['instances'])}]{'  <- current' if row['current'] else ''}"
+        for row in rows
+    ]
+    return {"releases": rows, "current": cur, "problems": problems, "lines": lines}
+
+
+def plan_rollback(prefix: str, rollback_to: str | None = None) -> dict:
+    manifests, problems = load_releases(prefix)
+    by_id = {m["id"]: m for m in manifests}
+    cur = current_id(prefix)
+    statuses = load_statuses(prefix, list(by_id))
+    target = rollback_target(manifests, statuses, cur, rollback_to)
+    cur_m = by_id.get(cur)
+    return {
+        "current": cur,
+        "target": target["id"],
+        "changes": diff_manifests(cur_m, target) if target["id"] != cur else [],
+        "changed_instances": changed_instances(target, cur_m) if target["id"] != cur else [],
+        "instances": sorted(target.get("instances") or {}),
+        "problems": problems,
+    }
+
+
+def rollback(prefix: str, rollback_to: str | None = None, check_mode=False) -> dict:
+    """Plan and switch in one step (rollback.yml): the listing, the plan, then ``current`` moved
+    to the target (not in check mode)."""
+    out = plan_rollback(prefix, rollback_to)
+    out["lines"] = listing(prefix)["lines"]
+    out["changed"] = out["target"] != out["current"]
+    if out["changed"] and not check_mode:
+        activate(prefix, out["target"])
+    return out
+
+
+def prune(prefix: str, keep: int, protect=(), check_mode=False) -> dict:
+    """Delete releases beyond the newest ``keep`` (never current nor ``protect``), then report
+    which layer / tree paths the kept releases still use and which tree dirs are unused."""
+    manifests, problems = load_releases(prefix)
+    cur = current_id(prefix)
+    keep_ids, remove_ids = plan_prune(manifests, keep, tuple(protect) + (cur,))
+    if not check_mode:
+        for rid in remove_ids:
+            shutil.rmtree(os.path.join(releases_dir(prefix), rid))
+    kept = [m for m in manifests if m["id"] in keep_ids]
+    refs = referenced_paths(kept)
+    trees_root = os.path.join(prefix, "trees")
+    existing_trees = (
+        [os.path.join(trees_root, n) for n in os.listdir(trees_root) if os.path.isdir(os.path.join(trees_root, n))]
+        if os.path.isdir(trees_root)
+        else []
+    )
+    # a tree path may name a site-packages dir inside <prefix>/trees/<name>/: keep its top dir
+    ref_tree_tops = set()
+    for t in refs["trees"]:
+        rel = os.path.relpath(os.path.normpath(t), trees_root)
+        if not rel.startswith(".."):
+            ref_tree_tops.add(os.path.join(trees_root, rel.split(os.sep)[0]))
+    unused_trees = unreferenced_dirs(existing_trees, sorted(ref_tree_tops))
+    if not check_mode:
+        for t in unused_trees:
+            shutil.rmtree(t)
+    return {
+        "changed": bool(remove_ids or unused_trees),
+        "kept": keep_ids,
+        "removed": remove_ids,
+        "referenced_layers": refs["layers"],
+        "referenced_trees": refs["trees"],
+        "removed_trees": unused_trees,
+        "problems": problems,
+    }
