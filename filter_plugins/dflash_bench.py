@@ -1,4 +1,4 @@
-"""Jinja filters over module_utils/dflash_bench_*.py (the benchmark role's cell records and progress)."""
+"""Jinja filters over module_utils/dflash_bench/ (the benchmark role's cell records and progress)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
-import dflash_bench_matrix as _mx
-import dflash_bench_results as _res
+from dflash_bench import matrix as _mx
+from dflash_bench import results as _res
 from dflash_jinja import plain as _plain
 
 

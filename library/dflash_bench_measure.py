@@ -15,7 +15,7 @@ description:
   - Bounded - O(timeout) seconds per cell; no cell starts once O(deadline) seconds have passed (it is
     returned as skipped).
   - Runs on the host, against loopback - the figures do not include the controller's network.
-  - Logic in C(module_utils/dflash_bench_client.py); stdlib only.
+  - Logic in C(module_utils/dflash_bench/client.py); stdlib only.
 options:
   base_url: {description: The server (e.g. http://127.0.0.1:30101)., type: str, required: true}
   cells:
@@ -43,7 +43,7 @@ cells: {description: "{cell id: {status (ok, partial, failed, skipped), summary,
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_bench_client import run_cell
+from ansible.module_utils.dflash_bench.client import run_cell
 
 
 def main():

@@ -12,7 +12,7 @@ description:
     reads the drafts' block sizes, and derives each temporary instance's command line and env file.
   - Every error of the host at once (host, configuration and field named), before anything starts.
   - Also lists benchmark servers left over by an interrupted run (runtime units, runner pidfiles).
-  - Logic in C(module_utils/dflash_bench_plan.py), C(dflash_bench_matrix.py), C(dflash_bench_flags.py).
+  - Logic in C(module_utils/dflash_bench/plan.py), C(dflash_bench/matrix.py), C(dflash_bench/flags.py).
 options:
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   configurations: {description: Declared configurations., type: list, elements: raw, default: []}
@@ -47,9 +47,9 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_bench_flags import get_flag
-from ansible.module_utils.dflash_bench_matrix import MatrixError, normalize
-from ansible.module_utils.dflash_bench_plan import plan
+from ansible.module_utils.dflash_bench.flags import get_flag
+from ansible.module_utils.dflash_bench.matrix import MatrixError, normalize
+from ansible.module_utils.dflash_bench.plan import plan
 from ansible.module_utils.dflash_instances import gather_host_facts
 from ansible.module_utils.dflash_release.activation import current_target as current_id
 

@@ -10,7 +10,7 @@ description:
   - One C(cells/<cell>.json) per cell of the wave - the configuration (flags redacted), workload,
     concurrency, status and figures with every request; a server that did not come up gives each of
     its cells its cause and diagnosis; cells not measured before the deadline are recorded as skipped.
-  - Run it delegated to localhost. Logic in C(module_utils/dflash_bench_results.py).
+  - Run it delegated to localhost. Logic in C(module_utils/dflash_bench/results.py).
 options:
   run_dir: {description: The run folder., type: path, required: true}
   meta: {description: "The run's {run, host, release_id, fingerprint_digest, lab_standin}.", type: dict,
@@ -32,7 +32,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_bench_results import wave_records, write_text
+from ansible.module_utils.dflash_bench.results import wave_records, write_text
 
 
 def main():

@@ -10,7 +10,7 @@ description:
   - Reads C(run.json) and C(cells/*.json) of O(run_dir) and writes C(results.csv), C(results.json),
     C(cells/<cell>.csv), C(charts/*.png) (matplotlib), C(report.md), C(report.tex) and, where pdflatex is
     installed, C(report.pdf). With O(compare_to) the report puts the other run beside this one (ratio per cell).
-  - Run it delegated to localhost. Logic in C(module_utils/dflash_bench_report.py).
+  - Run it delegated to localhost. Logic in C(module_utils/dflash_bench/report.py).
 options:
   run_dir: {description: The run folder., type: path, required: true}
   compare_to: {description: A run folder (path or name under O(results_dir)) or a release id (its newest run).,
@@ -27,7 +27,7 @@ lines: {description: Human lines (one per cell)., type: list, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_bench_report import lines, render_run
+from ansible.module_utils.dflash_bench.report import lines, render_run
 
 
 def main():

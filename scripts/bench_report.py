@@ -5,7 +5,7 @@ or show what a chart carries.
   python3 scripts/bench_report.py render RUN_DIR [--compare-to RUN_OR_RELEASE] [--no-pdf]
   python3 scripts/bench_report.py inspect CHART.png      # validity + the series drawn (tEXt chunk)
 
-Same code as playbooks/bench.yml's report step (module_utils/dflash_bench_report.py).
+Same code as playbooks/bench.yml's report step (module_utils/dflash_bench/report.py).
 """
 
 import argparse
@@ -15,8 +15,8 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
 
-import dflash_bench_charts
-import dflash_bench_report
+import dflash_bench.charts
+import dflash_bench.report
 
 
 def main(argv=None):
@@ -30,11 +30,11 @@ def main(argv=None):
     i.add_argument("png")
     a = ap.parse_args(argv)
     if a.cmd == "inspect":
-        text = dflash_bench_charts.png_text(a.png)
+        text = dflash_bench.charts.png_text(a.png)
         print(json.dumps(json.loads(text.get("Description", "{}")), indent=1))
         return 0
-    summary = dflash_bench_report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)
-    print("\n".join(dflash_bench_report.lines(summary)))
+    summary = dflash_bench.report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)
+    print("\n".join(dflash_bench.report.lines(summary)))
     return 0
 
 

@@ -40,7 +40,7 @@ timeout 60 /opt/dflash/current/venv/bin/python -m sglang.bench_serving --backend
   --base-url http://127.0.0.1:30001 --dataset-name random-ids --random-input-len 256 --random-output-len 256 \
   --random-range-ratio 1 --num-prompts 4 --max-concurrency 1 --tokenizer /srv/models/target \
   --output-file "$OUT/bench_serving.jsonl" --disable-tqdm 2>&1 | tail -25
-timeout 60 "$PY" -c "import json, sys; sys.path.insert(0, 'module_utils'); import dflash_bench_client as c; \
+timeout 60 "$PY" -c "import json, sys; sys.path.insert(0, 'module_utils'); from dflash_bench import client as c; \
 print(json.dumps(c.run_cell('http://127.0.0.1:30001', 'random', 1, {'random': {'input_len': 256, \
 'output_len': 256, 'per_slot': 4}}, 60)['summary']))" | tee "$OUT/client_random_c1.json"
 unset DFLASH_ARGS PYTHONPATH CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER LD_LIBRARY_PATH CUDA_HOME

@@ -11,17 +11,15 @@ import json
 import os
 
 try:
-    from ansible.module_utils import dflash_bench_latex as latex
-    from ansible.module_utils import dflash_bench_markdown as markdown
-    from ansible.module_utils import dflash_bench_results as res
-    from ansible.module_utils.dflash_bench_charts import draw_all
-    from ansible.module_utils.dflash_bench_workloads import describe
+    from ansible.module_utils.dflash_bench import latex, markdown
+    from ansible.module_utils.dflash_bench import results as res
+    from ansible.module_utils.dflash_bench.charts import draw_all
+    from ansible.module_utils.dflash_bench.workloads import describe
 except ImportError:
-    import dflash_bench_latex as latex
-    import dflash_bench_markdown as markdown
-    import dflash_bench_results as res
-    from dflash_bench_charts import draw_all
-    from dflash_bench_workloads import describe
+    from dflash_bench import latex, markdown
+    from dflash_bench import results as res
+    from dflash_bench.charts import draw_all
+    from dflash_bench.workloads import describe
 
 
 def render_run(run_dir, compare_to=None, results_dir=None, pdf=True, charts=True) -> dict:

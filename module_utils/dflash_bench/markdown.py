@@ -4,9 +4,9 @@ the failed cells with their diagnosis, the charts, the full flags, the compariso
 from __future__ import annotations
 
 try:
-    from ansible.module_utils.dflash_bench_charts import STANDIN_STAMP
+    from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
 except ImportError:
-    from dflash_bench_charts import STANDIN_STAMP
+    from dflash_bench.charts import STANDIN_STAMP
 
 
 def _v(value, fmt="{:.1f}"):

@@ -7,11 +7,11 @@ import sys
 import time
 import urllib.request
 
-import dflash_bench_client as cl
-import dflash_bench_stats as st
-import dflash_bench_workloads as wl
 import numpy as np
 import pytest
+from dflash_bench import client as cl
+from dflash_bench import stats as st
+from dflash_bench import workloads as wl
 from test_standin import STANDIN, free_port
 
 

@@ -7,16 +7,16 @@ import json
 import pathlib
 import shutil
 
-import dflash_bench_charts as ch
-import dflash_bench_client as cl
-import dflash_bench_matrix as mx
-import dflash_bench_report as rp
-import dflash_bench_results as res
 import pytest
+from dflash_bench import charts as ch
+from dflash_bench import client as cl
+from dflash_bench import matrix as mx
+from dflash_bench import report as rp
+from dflash_bench import results as res
 from dflash_diagnose import diagnose_text
 from test_bench_client import start_standin
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 CONFIGS = mx.normalize([{"algorithm": "NONE"}, {"name": "oom", "algorithm": "DFLASH"}],
                        {"algorithm": ["DDTREE"], "budget": [7, 15], "topk": [1, 8]})[:4]
 SERVED = {"none": (), "ddtree-b7-k1": ("--speculative-ddtree-budget", "7", "--speculative-ddtree-topk", "1"),

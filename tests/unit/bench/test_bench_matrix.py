@@ -1,7 +1,7 @@
 """The benchmark matrix: names, sweep, every error at once, waves, cells, progress."""
 
-import dflash_bench_matrix as mx
 import pytest
+from dflash_bench import matrix as mx
 
 
 def test_names_and_defaults():

@@ -4,13 +4,13 @@
 import json
 import pathlib
 
-import dflash_bench_matrix as mx
-import dflash_bench_plan as bp
 import dflash_fingerprint as fpm
 import pytest
-from dflash_bench_flags import get_flag
+from dflash_bench import matrix as mx
+from dflash_bench import plan as bp
+from dflash_bench.flags import get_flag
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 MANIFEST = json.loads((ROOT / "bench/gpu/results/2026-11-30-e2e2/manifest.json").read_text())
 IDLE = fpm.fingerprint_from_raw(fpm.read_capture(ROOT / "tests/fixtures/captures/h200"))
 BUSY = fpm.fingerprint_from_raw(fpm.read_capture(ROOT / "tests/fixtures/captures/h200-busy-foreign"))

@@ -4,11 +4,11 @@
 import json
 import pathlib
 
-import dflash_bench_flags as fl
-import dflash_bench_matrix as mx
 import pytest
+from dflash_bench import flags as fl
+from dflash_bench import matrix as mx
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 MANIFEST = json.loads((ROOT / "bench/gpu/results/2026-11-30-e2e2/manifest.json").read_text())
 BASE = dict(MANIFEST["instances"]["h200-dflash"], name="h200-dflash")
 
