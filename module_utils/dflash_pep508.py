@@ -207,18 +207,19 @@ def evaluate_marker(tree, env):
     return _compare(resolve(lhs), op, resolve(rhs))
 
 
-# The marker environment of an interpreter, computed by that interpreter (run with ``-c``).
-MARKER_ENV_CODE = (
-    "import json, os, platform, sys\n"
-    "def _v(i):\n"
-    "    s = f'{i.major}.{i.minor}.{i.micro}'\n"
+# The marker environment of an interpreter, computed by that interpreter: MARKER_ENV_FUNC defines
+# ``_marker_env()`` (needs json, os, platform, sys imported); MARKER_ENV_CODE prints it as JSON.
+MARKER_ENV_FUNC = (
+    "def _marker_env():\n"
+    "    i = sys.implementation.version\n"
+    "    iv = f'{i.major}.{i.minor}.{i.micro}'\n"
     "    if i.releaselevel != 'final':\n"
-    "        s += i.releaselevel[0] + str(i.serial)\n"
-    "    return s\n"
-    "print(json.dumps({'implementation_name': sys.implementation.name,"
-    " 'implementation_version': _v(sys.implementation.version), 'os_name': os.name,"
-    " 'platform_machine': platform.machine(), 'platform_python_implementation': platform.python_implementation(),"
+    "        iv += i.releaselevel[0] + str(i.serial)\n"
+    "    return {'implementation_name': sys.implementation.name, 'implementation_version': iv,"
+    " 'os_name': os.name, 'platform_machine': platform.machine(),"
+    " 'platform_python_implementation': platform.python_implementation(),"
     " 'platform_release': platform.release(), 'platform_system': platform.system(),"
     " 'platform_version': platform.version(), 'python_full_version': platform.python_version(),"
-    " 'python_version': '.'.join(platform.python_version_tuple()[:2]), 'sys_platform': sys.platform}))\n"
+    " 'python_version': '.'.join(platform.python_version_tuple()[:2]), 'sys_platform': sys.platform}\n"
 )
+MARKER_ENV_CODE = "import json, os, platform, sys\n" + MARKER_ENV_FUNC + "print(json.dumps(_marker_env()))\n"

@@ -190,7 +190,7 @@ def test_overlay_over_an_existing_venv_installs_only_the_difference(tmp_path, in
     assert os.path.isdir(over["path"])  # the old overlay stays until prune
 
 
-C_ENV = "import json, sys\n" + "exec(" + repr(__import__("dflash_pep508").MARKER_ENV_CODE) + ")"
+C_ENV = __import__("dflash_pep508").MARKER_ENV_CODE
 
 
 @needs_uv
@@ -275,3 +275,30 @@ def test_wheelhouse_locks_the_closure_and_fetches_only_the_layers_own_wheels(tmp
     got = {(e["name"], e["version"], e["source"]) for e in res3["locks"]["overlay"]}
     assert ("dfl-gpu", "2.0+cu130", "parent") in got and ("dfl-a", "1.0", "parent") in got
     assert W.sha256_file(tmp_path / "files" / "dfl_top-1.0-py3-none-any.whl")
+
+
+@needs_uv
+def test_probe_consistency_gates_on_the_closure_and_reports_the_rest(tmp_path, index, offline):
+    import dflash_probe as P
+
+    train = tmp_path / "train-venv"
+    venv_with(train, [offline / "dfl_a-1.0-py3-none-any.whl", offline / "dfl_gpu-2.0+cu130-py3-none-any.whl"])
+    # the hand-listed way (no_deps, exactly the pins): dfl-top without dfl-new and dfl-b
+    over = computed(index, no_deps=True, requirements=["dfl-top==1.0"])
+    items, _, _ = L.LayerBuilder(str(tmp_path / "prefix"), UV).ensure(
+        [{"name": "train", "existing_path": str(train)}, over])
+    fact = L.layers_fact(items)[1]
+    assert fact["closure"] == ["dfl-top==1.0"]
+    res = P.probe_consistency(fact["python"], closure=fact["closure"], excluded=["dfl-new"])
+    assert not res["ok"] and res["distributions"] == 3
+    assert [p["message"] for p in res["problems"]] == ["dfl-top 1.0 requires dfl-b>=2.0, which is not installed"]
+    assert [p["key"] for p in res["excluded"]] == ["dfl-new"]
+    probe = {"consistency": res}
+    assert P.gate(probe) == ["consistency: dfl-top 1.0 requires dfl-b>=2.0, which is not installed"]
+    assert "consistency: FAILED (3 distributions; 1 unmet, 1 excluded on purpose, 0 outside the closure)" in P.summary(
+        probe)
+    # without a closure every owner counts; a broken interpreter is a problem, not a crash
+    assert len(P.probe_consistency(fact["python"])["problems"]) == 2
+    bad = P.probe_consistency(str(tmp_path / "no-python"))
+    assert not bad["ok"] and "cannot read the environment" in bad["error"]
+    assert P.gate({"consistency": bad})[0].startswith("consistency: FileNotFoundError")
