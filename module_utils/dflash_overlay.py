@@ -21,25 +21,22 @@ Pure logic with no Ansible import; uv runs through an injected ``runner``.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import re
 import shutil
 import stat
-import zipfile
 
 try:
     from ansible.module_utils.dflash_consistency import installed_distributions
     from ansible.module_utils.dflash_pep440 import normalize_version, parse_version, same_version
     from ansible.module_utils.dflash_pep508 import InvalidRequirement, Requirement, canonical_name
-    from ansible.module_utils.dflash_wheels import LayerError, supported_tags, wheel_entry
+    from ansible.module_utils.dflash_wheels import LayerError, supported_tags, wheel_entry, write_wheel
 except ImportError:  # pytest imports module_utils/ as plain modules
     from dflash_consistency import installed_distributions
     from dflash_pep440 import normalize_version, parse_version, same_version
     from dflash_pep508 import InvalidRequirement, Requirement, canonical_name
-    from dflash_wheels import LayerError, supported_tags, wheel_entry
+    from dflash_wheels import LayerError, supported_tags, wheel_entry, write_wheel
 
 STANDIN_GENERATOR = "dflash-deploy (stand-in of an installed distribution; never installed)"
 _PIN_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)\s*$")
@@ -80,40 +77,21 @@ def freeze(dists):
 
 # --------------------------------------------------------------------------- stand-ins
 
-def _record_line(path, data):
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{path},sha256={digest},{len(data)}"
-
-
 def standin_wheel(directory, dist):
     """Write a metadata-only wheel for an installed distribution; returns its filename, or None
     when its version is not PEP 440 (no wheel can carry it). Unreadable requirements are left out."""
     version = parse_version(dist["version"])
     if version is None:
         return None
-    stem = f"{re.sub(r'[-_.]+', '_', dist['name'])}-{version}"
-    lines = ["Metadata-Version: 2.1", f"Name: {dist['name']}", f"Version: {version}"]
-    if dist.get("requires_python"):
-        lines.append(f"Requires-Python: {dist['requires_python']}")
-    lines += [f"Provides-Extra: {e}" for e in dist.get("provides_extra") or []]
+    requires = []
     for req in dist.get("requires") or []:
         try:
             Requirement(req)
         except InvalidRequirement:
             continue
-        lines.append(f"Requires-Dist: {req}")
-    files = {
-        f"{stem}.dist-info/METADATA": ("\n".join(lines) + "\n").encode(),
-        f"{stem}.dist-info/WHEEL": (f"Wheel-Version: 1.0\nGenerator: {STANDIN_GENERATOR}\n"
-                                    "Root-Is-Purelib: true\nTag: py3-none-any\n").encode(),
-    }
-    record = [_record_line(p, d) for p, d in files.items()] + [f"{stem}.dist-info/RECORD,,"]
-    files[f"{stem}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
-    filename = f"{stem}-py3-none-any.whl"
-    with zipfile.ZipFile(os.path.join(directory, filename), "w") as zf:
-        for path, data in files.items():
-            zf.writestr(zipfile.ZipInfo(path, (1980, 1, 1, 0, 0, 0)), data)
-    return filename
+        requires.append(req)
+    return write_wheel(directory, dist["name"], str(version), None, requires, dist.get("requires_python"),
+                       dist.get("provides_extra") or (), STANDIN_GENERATOR)
 
 
 def top_level_pins(spec):

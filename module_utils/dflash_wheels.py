@@ -6,7 +6,11 @@ layer builder; pytest imports it directly).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import os
+import re
+import zipfile
 from urllib.parse import unquote
 
 try:
@@ -122,3 +126,31 @@ def sha256_file(path, bufsize=1 << 20):
         for chunk in iter(lambda: fh.read(bufsize), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def write_wheel(directory, name, version, files=None, requires=(), requires_python=None, provides_extra=(),
+                generator="dflash-deploy"):
+    """Write a real, installable ``py3-none-any`` wheel (fixed timestamps: the same inputs give the
+    same bytes) holding ``files`` ({path in the wheel: str or bytes}) and a METADATA with the given
+    requirements. Returns its filename."""
+    stem = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    if requires_python:
+        meta.append(f"Requires-Python: {requires_python}")
+    meta += [f"Provides-Extra: {e}" for e in provides_extra]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    content = {path: data.encode() if isinstance(data, str) else data for path, data in (files or {}).items()}
+    content[f"{stem}.dist-info/METADATA"] = ("\n".join(meta) + "\n").encode()
+    content[f"{stem}.dist-info/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: {generator}\n"
+                                         "Root-Is-Purelib: true\nTag: py3-none-any\n").encode()
+    record = []
+    for path, data in content.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{stem}.dist-info/RECORD,,")
+    content[f"{stem}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    filename = f"{stem}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(directory, filename), "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, data in content.items():
+            zf.writestr(zipfile.ZipInfo(path, (1980, 1, 1, 0, 0, 0)), data)
+    return filename

@@ -4,8 +4,6 @@ The build tests run the real uv against wheels made here (tiny pure-Python proje
 real wheel files), so they need no network and take a few seconds.
 """
 
-import base64
-import hashlib
 import json
 import os
 import shutil
@@ -29,24 +27,8 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "layers"
 def make_wheel(directory, name, version, body=None, requires=()):
     """Write a real, installable pure-Python wheel ``name-version-py3-none-any.whl``."""
     mod = name.replace("-", "_")
-    dist = f"{mod}-{version}.dist-info"
-    files = {
-        f"{mod}.py": body if body is not None else f"__version__ = {version!r}\n",
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
-            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)),
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: dflash-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{dist}/RECORD,,")
-    files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
-    path = Path(directory) / f"{mod}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for name_, text in files.items():
-            zf.writestr(name_, text)
-    return path
+    body = body if body is not None else f"__version__ = {version!r}\n"
+    return Path(directory) / W.write_wheel(str(directory), name, version, {f"{mod}.py": body}, requires)
 
 
 def snapshot(root):
@@ -137,20 +119,53 @@ def test_validate_reports_every_problem_with_layer_and_field():
     assert L.validate_layers([]) == ["dflash_venv_layers: must be a non-empty list of layers"]
 
 
-def test_role_default_and_lab_layers_are_valid():
+def _role_default_layers(**inventory):
+    """dflash_venv_layers as the role's defaults render it for an inventory (Ansible's own templar)."""
     import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
 
     root = Path(__file__).resolve().parents[2]
     defaults = yaml.safe_load((root / "roles/dflash_layers/defaults/main.yml").read_text())
-    lab = yaml.safe_load((root / "inventory/lab/group_vars/all/layers.yml").read_text())
-    assert L.validate_layers(defaults["dflash_venv_layers"]) == []
-    assert L.validate_layers(lab["dflash_venv_layers"]) == []
-    prod = [L.normalise_layer(x) for x in defaults["dflash_venv_layers"]]
-    assert prod[0]["requirements"] == ["torch==2.11.0+cu128"] and prod[0]["cuda"] == "12.8"
-    assert prod[1]["parent"] == "base" and prod[1]["cuda"] == "13.0"
+
+    def trust(v):
+        if isinstance(v, str):
+            return trust_as_template(v)
+        if isinstance(v, dict):
+            return {k: trust(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [trust(x) for x in v]
+        return v
+
+    variables = {k: trust(v) for k, v in {**defaults, **inventory}.items()}
+    return Templar(loader=DataLoader(), variables=variables).template(variables["dflash_venv_layers"])
+
+
+def test_role_default_follows_the_seeds_and_lab_layers_are_valid():
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    # the host's own venv named: it is the base, used as it is; the overlay inherits its interpreter
+    existing = _role_default_layers(dflash_base_venv="/root/venv")
+    assert existing[0] == {"name": "base", "existing_path": "/root/venv"}
+    assert existing[1]["parent"] == "base" and "python" not in existing[1]
+    # a fresh base only when asked: the seeds' cu128 stack from the PyTorch index
+    fresh = _role_default_layers(dflash_layers_fresh_base=True)
+    assert fresh[0]["python"] == "python3.12" and fresh[0]["requirements"] == ["torch==2.11.0+cu128"]
+    assert fresh[0]["extra_index_urls"] == ["https://download.pytorch.org/whl/cu128"] and fresh[1]["parent"] == "base"
+    # neither: the overlay alone with its whole closure
+    alone = _role_default_layers()
+    assert len(alone) == 1 and alone[0]["python"] == "python3.12" and "parent" not in alone[0]
+    for layers in (existing, fresh, alone):
+        assert L.validate_layers(layers) == []
+    overlay = L.normalise_layer(alone[0])
+    assert overlay["cuda"] == "13.0"
     for pin in ("torch==2.11.0", "sglang-kernel==0.4.2", "flashinfer-python==0.6.8.post1",
-                "flashinfer-cubin==0.6.8.post1", "xgrammar==0.1.32", "soundfile==0.13.1"):
-        assert pin in prod[1]["requirements"]
+                "flashinfer-cubin==0.6.8.post1", "xgrammar==0.1.32", "soundfile==0.13.1", "sglang==0.5.11"):
+        assert pin in overlay["requirements"]
+    for inv in ("lab", "gpu"):
+        layers = yaml.safe_load((root / f"inventory/{inv}/group_vars/all/layers.yml").read_text())
+        assert L.validate_layers(layers["dflash_venv_layers"]) == [], inv
 
 
 def test_hash_is_stable_order_insensitive_and_covers_what_matters():
@@ -414,7 +429,7 @@ def test_killed_build_is_never_trusted(tmp_path, wheels):
 def test_failed_install_leaves_nothing(tmp_path, wheels):
     prefix = tmp_path / "prefix"
     layers = two_layers(wheels, "dfl-shadow==9.9")  # no such wheel
-    with pytest.raises(L.LayerError, match=r"layer overlay: resolving its requirements failed.*no version of dfl-shadow==9.9"):
+    with pytest.raises(L.LayerError, match=r"(?s)layer overlay: resolving its requirements failed.*no version of dfl-shadow==9.9"):
         L.LayerBuilder(str(prefix), UV).ensure(layers)
     names = os.listdir(prefix / "layers")
     assert [n for n in names if n.startswith("overlay")] == []
