@@ -32,29 +32,11 @@ import subprocess
 import time
 
 try:
-    from ansible.module_utils.dflash_overlay import (
-        describe,
-        freeze,
-        index_args,
-        install_pins,
-        record_bytes,
-        resolve,
-        tree_bytes,
-        view_paths,
-    )
+    from ansible.module_utils import dflash_overlay as overlay
     from ansible.module_utils.dflash_pep508 import canonical_name
     from ansible.module_utils.dflash_wheels import LayerError
 except ImportError:  # pytest imports module_utils/ as plain modules
-    from dflash_overlay import (
-        describe,
-        freeze,
-        index_args,
-        install_pins,
-        record_bytes,
-        resolve,
-        tree_bytes,
-        view_paths,
-    )
+    import dflash_overlay as overlay
     from dflash_pep508 import canonical_name
     from dflash_wheels import LayerError
 
@@ -301,8 +283,8 @@ def install_args(spec, wheel_files=None, entries=None):
     layer's indexes; or, for ``no_deps``, the layer's own pins."""
     if wheel_files is not None:
         return ["--offline", "--no-index", "--no-deps", *wheel_files]
-    pins = install_pins(entries) if entries is not None else list(spec["requirements"])
-    return [*index_args(spec), "--no-deps", *pins]
+    pins = overlay.install_pins(entries) if entries is not None else list(spec["requirements"])
+    return [*overlay.index_args(spec), "--no-deps", *pins]
 
 
 # --------------------------------------------------------------------------- pruning
@@ -483,8 +465,8 @@ class LayerBuilder:
     # -- planning
     def existing_view(self, python, interp):
         """What an existing venv provides to a layer above it: (dirs, distributions)."""
-        view = view_paths(python, interp["site"], self.run)
-        return view, describe(view)
+        view = overlay.view_paths(python, interp["site"], self.run)
+        return view, overlay.describe(view)
 
     def plan(self, layers, wheel_locks=None, wheelhouse=None):
         """Hash every layer (parents first) and decide reuse/build. Writes nothing."""
@@ -505,9 +487,9 @@ class LayerBuilder:
                     raise LayerError(f"layer {spec['name']}: existing_path: {python} does not exist")
                 interp = inspect_interpreter(python, self.run)
                 _view, dists = self.existing_view(python, interp)
-                digest = layer_hash(spec, None, interp, None, freeze(dists))
+                digest = layer_hash(spec, None, interp, None, overlay.freeze(dists))
                 item.update(path=path, hash=digest, python=python, interpreter=interp,
-                            site=interp["site"], action="existing", freeze=freeze(dists))
+                            site=interp["site"], action="existing", freeze=overlay.freeze(dists))
             else:
                 interp = inspect_interpreter(spec["python"], self.run)
                 if parent and _major_minor(interp) != _major_minor(parent["interpreter"]):
@@ -549,9 +531,9 @@ class LayerBuilder:
     def _contents(self, item, tmp, site, python):
         """Install what the layer holds; returns (closure entries, parent dists, parent view)."""
         spec = item["spec"]
-        parent_view = [p for p in view_paths(python, [site], self.run)
+        parent_view = [p for p in overlay.view_paths(python, [site], self.run)
                        if os.path.normpath(p) != os.path.normpath(site)]
-        parent_dists = describe(parent_view) if item.get("parent_site") else []
+        parent_dists = overlay.describe(parent_view) if item.get("parent_site") else []
         args = ["pip", "install", "--no-config", "--python", python]
         if self.compile_bytecode:
             args.append("--compile-bytecode")
@@ -563,7 +545,7 @@ class LayerBuilder:
             return [], parent_dists, parent_view
         work = os.path.join(tmp, ".dflash-resolve")
         try:
-            res = resolve(spec, parent_dists, [self.uv], self.run, work, python=python,
+            res = overlay.resolve(spec, parent_dists, [self.uv], self.run, work, python=python,
                           env=self._uv_env(spec), fmt="txt", timeout=self.build_timeout)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -589,7 +571,7 @@ class LayerBuilder:
                 with open(os.path.join(site, PARENT_PTH), "w", encoding="utf-8") as fh:
                     fh.write(parent_pth(item["parent_site"]))
             closure, parent_dists, parent_view = self._contents(item, tmp, site, os.path.join(tmp, "bin", "python"))
-            own = freeze(describe([site]))
+            own = overlay.freeze(overlay.describe([site]))
             taken = [e for e in closure if e.get("source") == "parent"]
             marker = {
                 "format": FORMAT, "name": spec["name"], "hash": item["hash"], "spec": spec,
@@ -599,10 +581,10 @@ class LayerBuilder:
                 "closure": sorted(f"{e['name']}=={e['version']}" for e in closure),
                 "installed": sorted(f"{e['name']}=={e['version']}" for e in closure if e.get("source") != "parent"),
                 "from_parent": sorted(f"{e['name']}=={e['version']}" for e in taken),
-                "parent_freeze": freeze(parent_dists), "held_back": item.get("held_back") or [],
+                "parent_freeze": overlay.freeze(parent_dists), "held_back": item.get("held_back") or [],
                 "exclude": spec["exclude"],
-                "bytes": {"layer": tree_bytes(tmp),
-                          "from_parent": sum(record_bytes(parent_view, [e["name"] for e in taken]).values())},
+                "bytes": {"layer": overlay.tree_bytes(tmp),
+                          "from_parent": sum(overlay.record_bytes(parent_view, [e["name"] for e in taken]).values())},
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_seconds": round(time.monotonic() - started, 3),
             }

@@ -55,7 +55,7 @@ def wheel_distribution(path):
             "provides_extra": meta.get_all("Provides-Extra") or [], "location": None}
 
 
-def _download(url, dest, timeout=600):
+def download_url(url, dest, timeout=600):
     import urllib.request
 
     with urllib.request.urlopen(url, timeout=timeout) as resp, open(dest, "wb") as out:
@@ -122,7 +122,7 @@ def ensure_wheelhouse(directory, specs, targets, parent_dists=None, uv_command=(
     distributions as the host described them}. A corrupt cached wheel is downloaded again.
     Returns {"locks": {layer: closure entries}, "downloaded", "resolved", "redownloaded",
     "lock_files", "changed", "bytes"}."""
-    fetch = fetch or _download
+    fetch = fetch or download_url
     files_dir = os.path.join(directory, "files")
     result = {"locks": {}, "downloaded": [], "resolved": [], "redownloaded": [], "bytes": 0, "lock_files": {}}
     if not check_mode:

@@ -163,9 +163,15 @@ def test_role_default_follows_the_seeds_and_lab_layers_are_valid():
     for pin in ("torch==2.11.0", "sglang-kernel==0.4.2", "flashinfer-python==0.6.8.post1",
                 "flashinfer-cubin==0.6.8.post1", "xgrammar==0.1.32", "soundfile==0.13.1", "sglang==0.5.11"):
         assert pin in overlay["requirements"]
-    for inv in ("lab", "gpu"):
-        layers = yaml.safe_load((root / f"inventory/{inv}/group_vars/all/layers.yml").read_text())
-        assert L.validate_layers(layers["dflash_venv_layers"]) == [], inv
+    lab = yaml.safe_load((root / "inventory/lab/group_vars/all/layers.yml").read_text())
+    assert L.validate_layers(lab["dflash_venv_layers"]) == []
+    # the GPU machine: its torch venv is the base through the production default, the overlay computed
+    gpu = yaml.safe_load((root / "inventory/gpu/group_vars/all/layers.yml").read_text())
+    layers = _role_default_layers(**{k: v for k, v in gpu.items() if k.startswith("dflash_")})
+    assert L.validate_layers(layers) == []
+    assert layers[0] == {"name": "base", "existing_path": "/opt/torch/.venv"} and layers[1]["parent"] == "base"
+    assert not [r for r in layers[1]["requirements"] if r.startswith("torch==")]
+    assert all(e["reason"] for e in layers[1]["exclude"])
 
 
 def test_hash_is_stable_order_insensitive_and_covers_what_matters():
