@@ -546,7 +546,7 @@ class LayerBuilder:
         work = os.path.join(tmp, ".dflash-resolve")
         try:
             res = overlay.resolve(spec, parent_dists, [self.uv], self.run, work, python=python,
-                          env=self._uv_env(spec), fmt="txt", timeout=self.build_timeout)
+                                  env=self._uv_env(spec), fmt="txt", timeout=self.build_timeout)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         self.log.append({"cmd": res["command"], "rc": 0})
