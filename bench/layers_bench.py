@@ -6,12 +6,15 @@ xgrammar 0.1.10, six, idna and their closure: 49 wheels); overlay = xgrammar 0.1
 soundfile 0.13.1 (triton excluded, as in the scenario). Cases, each repeated --repeat times on fresh
 prefixes (layers + uv cache under the prefix, as on a host):
 
-  base               the base, cold uv cache
-  overlay computed   the overlay over that base: its closure (43) less what the base has (5 installed)
-  overlay full       the same overlay standing alone: its whole closure installed (what an overlay
-                     built from ``requirements`` held before: uv does not see the parent's packages)
-  ... warm           the same overlay rebuilt with the uv cache warm (a release that changes it)
-  unchanged          a new release with unchanged layers (once per repeat, computed layout)
+  base                  the base, cold uv cache
+  overlay computed      the overlay over that base: its closure (43) less what the base has (5 installed)
+  overlay full closure  the same 43 distributions at the same versions, all installed in the overlay
+                        (what duplicating the base's part of the closure costs)
+  overlay as before     the overlay resolved without its base, as uv did before (it does not count what
+                        a venv sees through its parent .pth as installed): xgrammar's unpinned torch
+                        then resolves to the newest CUDA build with its nvidia libraries (repeat 1 only)
+  ... warm              the same overlay rebuilt with the uv cache warm (a release that changes it)
+  unchanged             a new release with unchanged layers (once per repeat, computed layout)
 
 Installs come from the offline wheelhouse (module_utils/dflash_wheelhouse: resolved/downloaded once
 into .cache/wheelhouse, as the role does), so no index is used while timing. "written" = data blocks
@@ -121,22 +124,28 @@ def main():
     files = os.path.join(args.wheelhouse, "files")
     wh = WH.ensure_wheelhouse(args.wheelhouse, L.normalise_layers([base, computed]), {"base": target,
                                                                                        "overlay": target})
-    wh_full = WH.ensure_wheelhouse(args.wheelhouse, L.normalise_layers([full]), {"overlay": target})
+    wh_before = WH.ensure_wheelhouse(args.wheelhouse, L.normalise_layers([full]), {"overlay": target})
+    # the computed overlay's closure, every member a wheel of the overlay (the base's from the base's lock)
+    base_wheels = {e["name"]: e for e in wh["locks"]["base"]}
+    same = [dict(base_wheels[e["name"]], source="layer") if e["source"] == "parent" else e
+            for e in wh["locks"]["overlay"]]
+    full_locks = {"overlay": same}
     results = []
     for rep in range(1, args.repeat + 1):
         with tempfile.TemporaryDirectory(prefix="dflash-layers-bench-", dir=os.environ.get("BENCH_TMP")) as tmp:
-            p1, p2 = os.path.join(tmp, "computed"), os.path.join(tmp, "full")
+            p1, p2, p3 = (os.path.join(tmp, n) for n in ("computed", "full", "before"))
             build("base, cold uv cache", p1, [base], wh["locks"], files, results, rep)
             items = build("overlay computed, cold", p1, [base, computed], wh["locks"], files, results, rep)
             build("unchanged: new release", p1, [base, computed], wh["locks"], files, results, rep)
-            build("overlay full closure, cold", p2, [full], wh_full["locks"], files, results, rep)
+            full_items = build("overlay full closure, cold", p2, [full], full_locks, files, results, rep)
             # warm: the same overlay again, its uv cache now holding every wheel
             shutil.rmtree(items[-1]["path"])
             build("overlay computed, warm", p1, [base, computed], wh["locks"], files, results, rep)
-            for n in os.listdir(os.path.join(p2, "layers")):
-                if n.startswith("overlay-"):
-                    shutil.rmtree(os.path.join(p2, "layers", n))
-            build("overlay full closure, warm", p2, [full], wh_full["locks"], files, results, rep)
+            shutil.rmtree(full_items[-1]["path"])
+            build("overlay full closure, warm", p2, [full], full_locks, files, results, rep)
+            if rep == 1:
+                build("overlay as before (resolved without the base), cold", p3, [full], wh_before["locks"], files,
+                      results, rep)
     record = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": " ".join([os.path.relpath(sys.executable, ROOT), "bench/layers_bench.py", *sys.argv[1:]]),
@@ -146,7 +155,9 @@ def main():
         "closure": {"base": len(wh["locks"]["base"]), "overlay": len(wh["locks"]["overlay"]),
                     "overlay_installed": sorted(f"{e['name']}=={e['version']}" for e in wh["locks"]["overlay"]
                                                 if e["source"] == "layer"),
-                    "overlay_full": len(wh_full["locks"]["overlay"])},
+                    "overlay_as_before": len(wh_before["locks"]["overlay"]),
+                    "overlay_as_before_torch": [f"{e['name']}=={e['version']}" for e in wh_before["locks"]["overlay"]
+                                                if e["name"] == "torch"]},
         "summary": summarise(results),
         "results": results,
     }
