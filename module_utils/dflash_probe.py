@@ -17,6 +17,13 @@ import signal
 import subprocess
 import time
 
+try:
+    from ansible.module_utils.dflash_consistency import check, installed_distributions, shadowed
+    from ansible.module_utils.dflash_pep508 import MARKER_ENV_FUNC, canonical_name
+except ImportError:  # pytest imports module_utils/ as plain modules
+    from dflash_consistency import check, installed_distributions, shadowed
+    from dflash_pep508 import MARKER_ENV_FUNC, canonical_name
+
 RESULT_TAG = "DFLASH_PROBE_RESULT "
 
 # Each snippet sets ``r`` (a dict of facts). The wrapper prints it after RESULT_TAG, or the exception.
@@ -164,6 +171,39 @@ def run_probe(python, pythonpath=None, components=DEFAULT_COMPONENTS, timeout=18
     return out
 
 
+_ENV_AND_PATH_CODE = ("import json, os, platform, sys\n" + MARKER_ENV_FUNC
+                      + "print(json.dumps({'env': _marker_env(), 'sys_path': [p for p in sys.path if p]}))\n")
+
+
+def probe_consistency(python, pythonpath=None, extra_env=None, closure=None, excluded=(), timeout=120):
+    """The combined environment's consistency (every layer at once, the probed python's whole
+    sys.path): every requirement of every winning distribution must hold (dflash_consistency).
+    Each unmet one is classified: ``excluded`` (a project a layer leaves out on purpose),
+    ``problems`` (its owner is in the final layer's closure: what sglang runs on; every owner when
+    no closure is given) or ``outside`` (an owner the closure does not use). Reads only."""
+    env = probe_env(pythonpath, extra_env)
+    try:
+        proc = subprocess.run([python, "-c", _ENV_AND_PATH_CODE], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: cannot read the environment of {python}: {exc}"}
+    dists = installed_distributions(facts["sys_path"])
+    keep = {canonical_name(c.split("==", 1)[0]) for c in closure} if closure else None
+    skip = {canonical_name(n) for n in excluded}
+    out = {"ok": True, "distributions": len([d for d in dists if not d["shadowed_by"]]), "problems": [],
+           "excluded": [], "outside": [], "shadowed": shadowed(dists)}
+    for item in check(dists, facts["env"]):
+        if item["key"] in skip:
+            out["excluded"].append(item)
+        elif keep is None or canonical_name(item["owner"]) in keep:
+            out["problems"].append(item)
+        else:
+            out["outside"].append(item)
+    out["ok"] = not out["problems"]
+    return out
+
+
 def _version_tuple(text):
     parts = []
     for piece in str(text).split("."):
@@ -196,6 +236,11 @@ def gate(probe, driver_cuda_version=None, required=(), host=None):
             problems.append(f"{who}{name}: required but not probed")
         elif not res.get("ok"):
             problems.append(f"{who}{name}: {res.get('error')}")
+    cons = probe.get("consistency")
+    if cons is not None and not cons.get("ok"):
+        if cons.get("error"):
+            problems.append(f"{who}consistency: {cons['error']}")
+        problems += [f"{who}consistency: {p['message']}" for p in cons.get("problems", [])]
     xgr = probe.get("xgrammar") or {}
     if "xgrammar" in required and xgr.get("ok") and not xgr.get("structural_tag"):
         problems.append(f"{who}xgrammar {xgr.get('version')} has no StructuralTag (sglang needs it; "
@@ -208,6 +253,16 @@ def summary(probe):
     lines = []
     for name, res in probe.items():
         if name.startswith("_"):
+            continue
+        if name == "consistency":
+            if res.get("error"):
+                lines.append(f"consistency: FAILED {res['error']}")
+                continue
+            lines.append(f"consistency: {'ok' if res['ok'] else 'FAILED'} ({res['distributions']} distributions; "
+                         f"{len(res['problems'])} unmet, {len(res['excluded'])} excluded on purpose, "
+                         f"{len(res['outside'])} outside the closure)")
+            lines += [f"  unmet: {p['message']}" for p in res["problems"]]
+            lines += [f"  excluded: {p['message']}" for p in res["excluded"]]
             continue
         if res.get("ok"):
             facts = {k: v for k, v in res.items()

@@ -47,6 +47,13 @@ collect() {  # what later tests can use offline
   cp -a /etc/systemd/system/dflash-*.service "$OUT/artifacts/" 2>/dev/null
   cp -a /var/log/dflash/. "$OUT/artifacts/logs/" 2>/dev/null
   sed 's/^\(.*TOKEN.*=\).*/\1<redacted>/' /opt/dflash/current/instances/*.env > "$OUT/artifacts/instance.env" 2>/dev/null
+  # the layers' markers (the computed overlay: installed, from_parent, bytes, build_seconds) and the base
+  mkdir -p "$OUT/artifacts/layers"
+  for d in /opt/dflash/layers/*/; do
+    [ -f "$d.dflash-layer.json" ] && cp -a "$d.dflash-layer.json" "$OUT/artifacts/layers/$(basename "$d").json"
+  done
+  du -sb /opt/dflash/layers/*/ > "$OUT/artifacts/layers/du.txt" 2>/dev/null
+  [ -f "$OUT/artifacts/h200-base.json" ] || "$PY" scripts/gpu/describe_venv.py /opt/torch/.venv > "$OUT/artifacts/h200-base.json" 2>/dev/null
 }
 
 left() { echo $(( ${BUDGET_S:-585} - ($(date +%s) - T0) )); }

@@ -4,6 +4,14 @@
 The GPU machine has no network. Its /opt/torch/.venv (torch 2.11.0+cu130) becomes the base layer;
 the overlay is installed by the toolkit with uv, offline, from the wheels in this archive.
 
+Which wheels: with --compute, exactly what the computed overlay needs on that machine. The overlay of
+the GPU inventory (dflash_layers_overlay, or the last of dflash_venv_layers) is resolved here against
+PyPI for the machine's interpreter, with the base's distributions (a description captured on the
+machine: bench/gpu/capture_base.sh) offered to the resolver, the same code the role runs there
+(module_utils/dflash_overlay.py): its closure less what the base has, each wheel fetched from the URL
+the resolution chose and checked against its sha256. --write-list records the list. Without --compute,
+WHEEL_LIST names the wheels (one file name or name==version a line).
+
 Two wheels are slimmed so that the archive fits one device call: sglang-kernel loses the FA3
 (flash_ops, ~1 GB unpacked), FlashMLA and sm100 kernels, xgrammar loses its static library.
 Their RECORD is rewritten to list exactly what remains; every kept file keeps its hash.
@@ -12,7 +20,9 @@ default there (fa3) is not in the slimmed kernel wheel. All wheels are re-zipped
 that xz compresses the archive as a whole.
 
 usage: make_wheelhouse.py WHEEL_LIST OUT.tar.xz [--extra NAME==VER ...] [--keep DIST ...]
-       make_wheelhouse.py WHEEL_LIST .gpu/site.tar.xz --site
+       make_wheelhouse.py --compute LAYERS.yml --base BASE.json [--write-list FILE] [--list-only] OUT.tar.xz
+                          [--extra NAME==VER ...]
+       make_wheelhouse.py WHEEL_LIST .gpu/site.tar.xz --site     (also with --compute)
 
 --site builds the other carried file instead: the same wheels (slimmed alike) installed into one
 folder, the way `pip install --target` lays them out (purelib/platlib at the top, dist-info kept for
@@ -24,6 +34,7 @@ out too, packed as one .tar.xz. On the GPU machine it is put first on PYTHONPATH
 import argparse
 import fnmatch
 import io
+import json
 import lzma
 import os
 import shutil
@@ -32,6 +43,14 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+
+import dflash_layers as L
+import dflash_overlay as O
+import dflash_wheelhouse as WH
+from dflash_wheels import sha256_file, target_from_interpreter
 
 DROP = {
     "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*"],
@@ -118,15 +137,84 @@ def pack_xz(parent, member, out):
     os.replace(out + ".tmp", out)
 
 
+def gpu_overlay(layers_yml):
+    """The overlay spec of a GPU inventory's layers file, without its host-only index settings (the
+    carried wheelhouse path): resolved here against PyPI."""
+    import yaml
+
+    with open(layers_yml, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    layer = data.get("dflash_layers_overlay") or data["dflash_venv_layers"][-1]
+    layer = {k: v for k, v in layer.items() if k not in ("no_index", "find_links", "index_url", "python", "parent")}
+    errors = L.validate_layers([{**layer, "python": "python3"}])
+    if errors:
+        sys.exit(f"{layers_yml}: " + "; ".join(errors))
+    return L.normalise_layer({**layer, "python": "python3"})
+
+
+def compute(layers_yml, base_json, work, uv="uv"):
+    """Resolve the GPU overlay for the described base: (wheel entries to carry, resolution)."""
+    with open(base_json, encoding="utf-8") as fh:
+        base = json.load(fh)
+    spec = gpu_overlay(layers_yml)
+    target = target_from_interpreter(base["interpreter"])
+    res = O.resolve(spec, base["distributions"], [uv], L.default_runner, work, target=target, fmt="pylock")
+    total = sum(e.get("size") or 0 for e in res["install"])
+    print(f"overlay {spec['name']} for {base['venv']} (Python {target['python_version']}, {target['arch']}, "
+          f"glibc {target['glibc']}): closure {len(res['closure'])}, from the base {len(res['from_parent'])}, "
+          f"to carry {len(res['install'])} wheels, {total / 1e6:.1f} MB", file=sys.stderr)
+    for held in res["held_back"]:
+        print(f"  not from the base: {held['name']} {held['version']} ({held['why']})", file=sys.stderr)
+    for e in spec["exclude"]:
+        print(f"  excluded: {e['name']} ({e['reason']})", file=sys.stderr)
+    return res["install"], res
+
+
+def fetch_locked(entries, dest):
+    """Download each locked wheel from its URL and check its sha256."""
+    os.makedirs(dest, exist_ok=True)
+    for e in entries:
+        path = os.path.join(dest, e["filename"])
+        WH.download_url(e["url"], path)
+        if sha256_file(path) != e["sha256"]:
+            sys.exit(f"{e['filename']}: sha256 does not match the resolution's {e['sha256']}")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("wheel_list")
-    ap.add_argument("out")
+    ap.add_argument("paths", nargs="+", help="WHEEL_LIST OUT.tar.xz, or OUT.tar.xz with --compute")
+    ap.add_argument("--compute", metavar="LAYERS_YML", help="resolve the GPU inventory's overlay for --base")
+    ap.add_argument("--base", metavar="BASE_JSON", help="the base venv described (scripts/gpu/describe_venv.py)")
+    ap.add_argument("--write-list", metavar="FILE", help="with --compute: write the carried wheels' file names")
+    ap.add_argument("--list-only", action="store_true", help="with --compute: resolve and list, build nothing")
     ap.add_argument("--extra", action="append", default=[])
     ap.add_argument("--keep", action="append", default=None, help="distributions kept byte-identical")
     ap.add_argument("--site", action="store_true", help="an installed site folder (.tar.xz), not wheels")
     a = ap.parse_args()
-    with open(a.wheel_list) as fh:
+    if a.compute:
+        if not a.base or len(a.paths) != 1:
+            ap.error("--compute needs --base BASE_JSON and one path, OUT.tar.xz")
+        with tempfile.TemporaryDirectory() as tmp:
+            entries, res = compute(a.compute, a.base, os.path.join(tmp, "resolve"))
+            names = sorted(e["filename"] for e in entries)
+            if a.write_list:
+                with open(a.write_list, "w", encoding="utf-8") as fh:
+                    fh.write(f"# The GPU overlay's wheels, computed (scripts/gpu/make_wheelhouse.py --compute "
+                             f"{a.compute} --base {a.base}):\n# its closure ({len(res['closure'])}) less what the "
+                             f"base provides ({len(res['from_parent'])}), excluded projects left out.\n")
+                    fh.writelines(n + "\n" for n in names)
+            print("\n".join(names))
+            if a.list_only:
+                return
+            fetch_locked(entries, os.path.join(tmp, "raw"))
+            if a.extra:
+                download(a.extra, os.path.join(tmp, "raw"))
+            pack(os.path.join(tmp, "raw"), a.paths[0], a.keep, len(names) + len(a.extra), a.site)
+        return
+    if len(a.paths) != 2:
+        ap.error("expected WHEEL_LIST OUT.tar.xz")
+    wheel_list, out_path = a.paths
+    with open(wheel_list) as fh:
         names = [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")]
     specs = []
     for n in names:
@@ -137,29 +225,34 @@ def main():
             specs.append(n)
     specs += a.extra
     with tempfile.TemporaryDirectory() as tmp:
-        raw, out = os.path.join(tmp, "raw"), os.path.join(tmp, "wheelhouse")
+        download(specs, os.path.join(tmp, "raw"))
+        pack(os.path.join(tmp, "raw"), out_path, a.keep, len(specs), a.site)
+
+
+def pack(raw, out_path, keep, count, site=False):
+    """Slim the wheels of ``raw`` (DROP), re-zip them uncompressed and write one .tar.xz: the wheelhouse,
+    or with ``site`` the wheels installed into one folder (unpack_wheel)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "wheelhouse")
         os.makedirs(out)
-        download(specs, raw)
-        total_drop = 0
         for f in sorted(os.listdir(raw)):
             dist = f.split("-")[0]
-            if dist in (a.keep or ["sglang"]):
+            if dist in (keep or ["sglang"]):
                 shutil.copyfile(os.path.join(raw, f), os.path.join(out, f))
                 continue
             dropped = slim(os.path.join(raw, f), os.path.join(out, f), DROP.get(dist, []))
-            total_drop += len(dropped)
             if dropped:
                 print(f"slimmed {f}: dropped {len(dropped)} files", file=sys.stderr)
-        if a.site:
-            site = os.path.join(tmp, "site")
+        if site:
+            site_dir = os.path.join(tmp, "site")
             files = 0
             for f in sorted(os.listdir(out)):
-                files += len(unpack_wheel(os.path.join(out, f), site, SITE_DROP))
+                files += len(unpack_wheel(os.path.join(out, f), site_dir, SITE_DROP))
             print(f"site: {files} files from {len(os.listdir(out))} wheels", file=sys.stderr)
-            pack_xz(site, ".", a.out)
+            pack_xz(site_dir, ".", out_path)
         else:
-            pack_xz(tmp, "wheelhouse", a.out)
-    print(f"{a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB, {len(specs)} wheels")
+            pack_xz(tmp, "wheelhouse", out_path)
+    print(f"{out_path}: {os.path.getsize(out_path) / 1e6:.1f} MB, {count} wheels")
 
 
 if __name__ == "__main__":
