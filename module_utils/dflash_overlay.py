@@ -42,14 +42,17 @@ STANDIN_GENERATOR = "dflash-deploy (stand-in of an installed distribution; never
 _PIN_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)\s*$")
 
 # The directories a child of a layer sees: its site dirs with their .pth files processed (so a
-# parent's own parent link is followed), computed by the layer's interpreter itself.
+# parent's own parent link is followed), computed by the layer's interpreter itself. The standard
+# library stays on sys.path while the .pth files run: their `import` lines (setuptools'
+# distutils-precedence.pth, namespace helpers) and site's own error report need it (an emptied path
+# failed on the H200's torch venv with "No module named 'traceback'"); only what they add is printed.
 VIEW_CODE = (
     "import json, site, sys\n"
     "dirs = json.loads(sys.argv[1])\n"
-    "sys.path[:] = []\n"
+    "stdlib = list(sys.path)\n"
     "for d in dirs:\n"
     "    site.addsitedir(d)\n"
-    "print(json.dumps(sys.path))\n"
+    "print(json.dumps([p for p in sys.path if p not in stdlib]))\n"
 )
 
 

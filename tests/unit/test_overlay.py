@@ -302,3 +302,20 @@ def test_probe_consistency_gates_on_the_closure_and_reports_the_rest(tmp_path, i
     bad = P.probe_consistency(str(tmp_path / "no-python"))
     assert not bad["ok"] and "cannot read the environment" in bad["error"]
     assert P.gate({"consistency": bad})[0].startswith("consistency: FileNotFoundError")
+
+
+def test_view_paths_runs_pth_imports_with_the_standard_library(tmp_path):
+    """A base venv's .pth lines import stdlib modules (the H200's torch venv did): the view keeps the
+    standard library importable while they run, and reports only the site dirs and what they add."""
+    site_a, extra = tmp_path / "a", tmp_path / "extra"
+    site_a.mkdir()
+    extra.mkdir()
+    (site_a / "zz-uses-stdlib.pth").write_text("import textwrap, traceback; textwrap.dedent('x')\n")
+    (site_a / "more.pth").write_text(f"{extra}\n")
+
+    def runner(cmd, timeout=None):
+        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+
+    got = O.view_paths(sys.executable, [str(site_a)], runner)
+    assert got == [str(site_a), str(extra)]
