@@ -23,6 +23,7 @@ usage: make_wheelhouse.py WHEEL_LIST OUT.tar.xz [--extra NAME==VER ...] [--keep 
        make_wheelhouse.py --compute LAYERS.yml --base BASE.json [--write-list FILE] [--list-only] OUT.tar.xz
                           [--extra NAME==VER ...]
        make_wheelhouse.py WHEEL_LIST .gpu/site.tar.xz --site     (also with --compute)
+(run it with a python3 that has pip, e.g. /usr/bin/python3: the uv-made controller venv has none)
 
 --site builds the other carried file instead: the same wheels (slimmed alike) installed into one
 folder, the way `pip install --target` lays them out (purelib/platlib at the top, dist-info kept for
@@ -63,6 +64,11 @@ PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 
 
 
 def download(specs, dest):
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is None:  # the controller venv is made by uv, without pip
+        sys.exit(f"{sys.executable} has no pip (a uv-made venv has none): run this script with a python3 "
+                 "that has it, e.g. Debian's /usr/bin/python3 with python3-pip installed")
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
            "--python-version", "3.12", "--implementation", "cp", "-d", dest]
     for p in PLATFORMS:
