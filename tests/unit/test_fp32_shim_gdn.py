@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch", reason="torch (CPU) is needed for the shim'
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIM = os.path.join(ROOT, "bench", "gpu", "fp32_shim")
 sys.path.insert(0, SHIM)
+import fp32_attention
 import fp32_gdn
 
 H, HV, K, V = 2, 4, 8, 6  # two value heads per q/k head, as Qwen3.5's GDN layers have
@@ -314,3 +315,17 @@ def test_sitecustomize_patches_modules_before_consumers_import(fake_sglang, capf
     err = capfd.readouterr().err
     assert "fla.chunk: float32 Gated DeltaNet runs plain torch (TEST ONLY)" in err
     assert "chunk_gated_delta_rule on float32 runs plain torch" in err
+
+
+def test_extend_attention_tiles_halved_only_for_float32():
+    """fp32_attention: while an extend call has a float32 query, sglang's block sizes are halved."""
+    mod = types.ModuleType("sglang.srt.layers.attention.triton_ops.extend_attention")
+    mod._get_block_sizes_for_extend_attention = lambda lq, lv: (256, 0, 256, 128, 64, 8)
+    mod.extend_attention_fwd = lambda q_extend, *rest: mod._get_block_sizes_for_extend_attention(256, 256)[3:5]
+    mod.extend_attention_fwd_unified = lambda q, o: mod._get_block_sizes_for_extend_attention(256, 256)[3:5]
+    fp32_attention.patch(mod)
+    assert mod.extend_attention_fwd(torch.zeros(1, dtype=torch.bfloat16), 1) == (128, 64)
+    assert mod.extend_attention_fwd(torch.zeros(1), 1) == (64, 32)
+    assert mod.extend_attention_fwd_unified(q=torch.zeros(1), o=None) == (64, 32)
+    assert mod.extend_attention_fwd_unified(torch.zeros(1, dtype=torch.float16), None) == (128, 64)
+    assert mod._get_block_sizes_for_extend_attention(256, 256)[3:5] == (128, 64)  # outside a float32 call

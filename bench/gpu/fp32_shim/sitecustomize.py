@@ -8,7 +8,8 @@ imported, the shim patches it, before anyone else imports from it:
 - sglang's MultiPlatformOp: a call with a float32 tensor argument runs the op's own forward_native
   (plain torch), everything else the CUDA kernel as before;
 - the GDN ops (fp32_gdn.PATCHES: chunked prefill, packed decode, sigmoid-gating decode): float32 inputs
-  run fp32_gdn's plain-torch recurrence, everything else the original Triton kernel, unchanged.
+  run fp32_gdn's plain-torch recurrence, everything else the original Triton kernel, unchanged;
+- the Triton extend attention: float32 calls get half-size tiles (fp32_attention.py: shared memory).
 """
 
 import importlib.abc
@@ -19,6 +20,7 @@ import sys
 MULTI_PLATFORM = "sglang.srt.layers.utils.multi_platform"
 GDN = ("sglang.srt.layers.attention.fla.chunk", "sglang.srt.layers.attention.fla.fused_recurrent",
        "sglang.srt.layers.attention.fla.fused_sigmoid_gating_recurrent")  # fmt: skip  (= fp32_gdn.PATCHES)
+EXTEND_ATTENTION = "sglang.srt.layers.attention.triton_ops.extend_attention"
 
 
 def _patch_multi_platform(module):
@@ -43,10 +45,21 @@ def _patch_multi_platform(module):
     print("fp32_shim: sglang MultiPlatformOp runs forward_native on float32 inputs (TEST ONLY)", file=sys.stderr)
 
 
-def _patch_gdn(module):
+def _here():
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)
+
+
+def _patch_extend_attention(module):
+    _here()
+    import fp32_attention
+
+    fp32_attention.patch(module)
+
+
+def _patch_gdn(module):
+    _here()
     import fp32_gdn
 
     fp32_gdn.patch(module)
@@ -81,4 +94,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-sys.meta_path.insert(0, _Finder({MULTI_PLATFORM: _patch_multi_platform, **{m: _patch_gdn for m in GDN}}))
+sys.meta_path.insert(0, _Finder({MULTI_PLATFORM: _patch_multi_platform, EXTEND_ATTENTION: _patch_extend_attention,
+                                 **{m: _patch_gdn for m in GDN}}))  # fmt: skip
