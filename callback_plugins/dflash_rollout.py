@@ -20,7 +20,7 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
-import dflash_rollout as _rollout  # noqa: E402
+import dflash_rollout as _rollout
 
 DOCUMENTATION = r"""
 name: dflash_rollout

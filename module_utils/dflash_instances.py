@@ -20,12 +20,9 @@ try:  # the unit of a process (cgroup, or runner-managed on hosts without system
 except ImportError:
     from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
 try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
-    from ansible.module_utils.dflash_tp import TP_KEYS, launch_args as tp_launch_args, model_facts as tp_model_facts
-    from ansible.module_utils.dflash_tp import nnodes_of, rule_facts as tp_rule_facts, validate_instance as tp_errors
+    from ansible.module_utils import dflash_tp as _tp
 except ImportError:
-    from dflash_tp import TP_KEYS, launch_args as tp_launch_args, model_facts as tp_model_facts
-    from dflash_tp import nnodes_of, rule_facts as tp_rule_facts, validate_instance as tp_errors
-
+    import dflash_tp as _tp
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
 DDTREE_MODES = ("tree", "shadow-linear")
@@ -39,7 +36,7 @@ INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
     "pin_flags", "disabled_rules", "model_source",
-} | TP_KEYS
+} | _tp.TP_KEYS
 DDTREE_KEYS = {"budget", "topk", "mode"}
 DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
 # Flags the toolkit derives from instance fields: setting them through extra_args or pin_flags
@@ -118,7 +115,7 @@ def effective_instance(inst):
     out = dict(inst)
     gpus = inst.get("gpus") if isinstance(inst.get("gpus"), list) else []
     if out.get("tp") is None:
-        out["tp"] = len(gpus) * nnodes_of(inst)
+        out["tp"] = len(gpus) * _tp.nnodes_of(inst)
     out["algorithm"] = str(inst.get("algorithm") or "DFLASH").upper()
     dd = dict(DDTREE_DEFAULTS)
     if isinstance(inst.get("ddtree"), dict):
@@ -239,9 +236,9 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         tp = inst.get("tp")
         if not _is_int(tp) or tp < 1:
             add("tp", f"must be a positive integer, got {tp!r}")
-        elif gpus_ok and tp != len(gpus) * nnodes_of(raw):
+        elif gpus_ok and tp != len(gpus) * _tp.nnodes_of(raw):
             add("tp", f"tp {tp} does not match the {len(gpus)} GPU(s) {gpus}"
-                      f"{f' x nnodes {nnodes_of(raw)}' if nnodes_of(raw) > 1 else ''}: tensor parallelism "
+                      f"{f' x nnodes {_tp.nnodes_of(raw)}' if _tp.nnodes_of(raw) > 1 else ''}: tensor parallelism "
                       "uses exactly one GPU per rank (set tp to len(gpus) x nnodes or leave it unset)")
 
         # port
@@ -397,7 +394,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                                                       "unit": f"dflash-{label}.service"}]):
                     # the inventory field is allow_busy_gpus
                     add("gpus", msg.replace("allow_busy: true", "allow_busy_gpus: true"))
-        for field, msg in tp_errors(raw, inst, fingerprint, host_facts, instances):  # dflash_tp.py
+        for field, msg in _tp.validate_instance(raw, inst, fingerprint, host_facts, instances):  # dflash_tp.py
             add(field, msg)
         errors.extend(e)
     return errors
@@ -537,7 +534,7 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "instance.ddtree_verify_tokens": budget + 1 if budget and inst.get("algorithm") == "DDTREE" else None,
         "host.lab_standin": bool(lab_standin),
     }
-    ctx.update(tp_rule_facts(inst, fp))  # tp.* (dflash_tp.py)
+    ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_tp.py)
     return ctx
 
 
@@ -719,7 +716,7 @@ def build_args(inst, fallback_args, bind_host="0.0.0.0"):
         dd = inst["ddtree"]
         args += ["--speculative-ddtree-budget", str(dd["budget"]), "--speculative-ddtree-topk", str(dd["topk"]),
                  "--speculative-ddtree-mode", str(dd["mode"])]
-    args += tp_launch_args(inst)  # --enable-metrics, multi-node flags (dflash_tp.py)
+    args += _tp.launch_args(inst)  # --enable-metrics, multi-node flags (dflash_tp.py)
     args += list(fallback_args)
     args += [str(a) for a in inst["extra_args"]]
     args += pin_args(inst["pin_flags"])
@@ -977,7 +974,7 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "units": units,
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
-        "models": tp_model_facts(instances),  # attention heads for the tp checks (dflash_tp.py)
+        "models": _tp.model_facts(instances),  # attention heads for the tp checks (dflash_tp.py)
     }
 
 

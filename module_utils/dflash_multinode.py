@@ -125,7 +125,7 @@ def validate_fleet(hosts_instances, run_hosts=None, addresses=None, batches=None
         rank0 = (ranks.get(0) or [None])[0]
         if addr and rank0:
             try:
-                ahost, aport = parse_addr(addr)
+                ahost, _port = parse_addr(addr)
             except ValueError:
                 ahost = None
             known = {str(a) for a in addresses.get(rank0) or []}
@@ -159,7 +159,7 @@ def validate_fleet(hosts_instances, run_hosts=None, addresses=None, batches=None
 def peer_hosts(hosts_instances, host) -> list:
     """The other hosts holding a rank of one of `host`'s multi-node instances."""
     out = set()
-    for _name, members in groups(hosts_instances).items():
+    for members in groups(hosts_instances).values():
         hs = [h for h, _ in members]
         if host in hs:
             out |= set(hs) - {host}

@@ -100,6 +100,6 @@ def summary_lines(rows) -> list:
     w = max(len(r["host"]) for r in rows)
     lines = [f"{'host':<{w}}  batch  {'release before':<24}  {'release after':<24}  verdict"]
     for r in rows:
-        lines.append(f"{r['host']:<{w}}  {str(r['batch'] or '-'):<5}  {str(r['before'] or '-'):<24}  "
-                     f"{str(r['after'] or '-'):<24}  {r['verdict']}")
+        lines.append(f"{r['host']:<{w}}  {(r['batch'] or '-')!s:<5}  {(r['before'] or '-')!s:<24}  "
+                     f"{(r['after'] or '-')!s:<24}  {r['verdict']}")
     return lines

@@ -26,10 +26,10 @@ import urllib.error
 import urllib.request
 
 try:
-    from ansible.module_utils.dflash_smoke import check_chat
+    from ansible.module_utils.dflash_smoke import SmokeError, check_chat
     from ansible.module_utils.dflash_tp import nnodes_of
 except ImportError:
-    from dflash_smoke import check_chat
+    from dflash_smoke import SmokeError, check_chat
     from dflash_tp import nnodes_of
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
@@ -295,7 +295,7 @@ def smoke_router(router, prompt, max_tokens=64, temperature=0.0, timeout=120.0, 
         raise RouterError(f"POST {base}/v1/chat/completions: {err}")
     try:
         rec = check_chat(status, out, clock() - t)
-    except Exception as exc:  # SmokeError: same wording as an instance's smoke test
+    except SmokeError as exc:  # the same wording as an instance's smoke test
         raise RouterError(f"through the router: {exc}") from None
     rec.update(model=model, via=f"{base}/v1/chat/completions")
     return rec

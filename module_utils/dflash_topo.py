@@ -205,7 +205,7 @@ def gpu_set_facts(topology, gpus) -> dict:
     -> {known: bool, pairs: n, links: {"i-j": cell}, worst: kind|None, all_nvlink: bool|None,
         numa_nodes: [int], cross_numa: bool|None, p2p_ok: bool|None, p2p_bad: ["i-j CODE (meaning)"],
         numa_groups: {node: [gpu]}}.  Unknown pieces are None (the rules then say so)."""
-    gpus = sorted(set(int(g) for g in gpus or []))
+    gpus = sorted({int(g) for g in gpus or []})
     out = {"known": False, "pairs": len(_pairs(gpus)), "links": {}, "worst": None, "all_nvlink": None,
            "numa_nodes": [], "cross_numa": None, "p2p_ok": None, "p2p_bad": [], "numa_groups": {}}
     if not topology or len(gpus) < 2:

@@ -107,58 +107,62 @@ def validate_instance(raw, inst, fingerprint=None, host_facts=None, all_instance
     raw: the inventory item; inst: it with the stage's defaults (tp, lists); all_instances: the host's
     instances (their HTTP ports must not meet a rendezvous port)."""
     errs = []
+
+    def err(field, msg):
+        errs.append((field, msg))
+
     n = raw.get("nnodes", 1)
     if not _is_int(n) or n < 1:
-        errs.append(("nnodes", f"must be a positive integer (hosts the instance spans), got {n!r}"))
+        err("nnodes", f"must be a positive integer (hosts the instance spans), got {n!r}")
         n = 1
     rank = raw.get("node_rank")
     addr = raw.get("dist_init_addr")
     if n > 1:
         if rank is None:
-            errs.append(("node_rank", f"is required with nnodes {n}: this host's rank, 0..{n - 1} "
-                                      "(rank 0 serves the HTTP API)"))
+            err("node_rank", f"is required with nnodes {n}: this host's rank, 0..{n - 1} "
+                                      "(rank 0 serves the HTTP API)")
         elif not _is_int(rank) or not 0 <= rank < n:
-            errs.append(("node_rank", f"must be an integer 0..{n - 1} (nnodes {n}), got {rank!r}"))
+            err("node_rank", f"must be an integer 0..{n - 1} (nnodes {n}), got {rank!r}")
         if not addr:
-            errs.append(("dist_init_addr", f"is required with nnodes {n}: 'host:port' of the rank-0 host's "
-                                           "rendezvous, the same on every rank (e.g. '10.0.0.1:29500')"))
+            err("dist_init_addr", f"is required with nnodes {n}: 'host:port' of the rank-0 host's "
+                                           "rendezvous, the same on every rank (e.g. '10.0.0.1:29500')")
         else:
             try:
                 parse_addr(addr)
             except ValueError as exc:
-                errs.append(("dist_init_addr", str(exc)))
+                err("dist_init_addr", str(exc))
     else:
         if rank not in (None, 0):
-            errs.append(("node_rank", f"{rank!r} needs nnodes > 1 (set nnodes to the number of hosts)"))
+            err("node_rank", f"{rank!r} needs nnodes > 1 (set nnodes to the number of hosts)")
     metrics = raw.get("metrics", True)
     if not isinstance(metrics, bool):
-        errs.append(("metrics", f"must be true or false, got {metrics!r}"))
+        err("metrics", f"must be true or false, got {metrics!r}")
     elif metrics is False and "--enable-metrics" in _flags_in(raw):
-        errs.append(("metrics", "is false but extra_args / pin_flags have --enable-metrics"))
+        err("metrics", "is false but extra_args / pin_flags have --enable-metrics")
     for flag in sorted(_flags_in(raw) & set(TP_MANAGED_FLAGS)):
-        errs.append(("extra_args" if flag in {str(a).split("=", 1)[0] for a in raw.get("extra_args") or []}
+        err("extra_args" if flag in {str(a).split("=", 1)[0] for a in raw.get("extra_args") or []}
                      else f"pin_flags.{flag}",
-                     f"{flag} is set from the field '{TP_MANAGED_FLAGS[flag]}'; set that field instead"))
+                     f"{flag} is set from the field '{TP_MANAGED_FLAGS[flag]}'; set that field instead")
     # rendezvous ports of rank 0 against the HTTP ports of this host's instances and foreign listeners
     if n > 1 and rank == 0:
         ports = {i.get("port"): i.get("name") for i in all_instances or () if isinstance(i, dict)}
         for port, what in reserved_ports(raw):
             if port in ports:
-                errs.append(("dist_init_addr", f"port {port} ({what}) is the HTTP port of instance "
-                                               f"'{ports[port]}' on this host"))
+                err("dist_init_addr", f"port {port} ({what}) is the HTTP port of instance "
+                                               f"'{ports[port]}' on this host")
             for lis in (host_facts or {}).get("listeners") or []:
                 unit = str(lis.get("unit") or "")
                 if lis.get("port") == port and not unit.startswith("dflash-") and lis.get("user") != "sglang":
                     who = ", ".join(x for x in (f"pid {lis['pid']}" if lis.get("pid") else "", str(lis.get("comm") or ""),
                                                 f"unit {unit}" if unit else "") if x)
-                    errs.append(("dist_init_addr", f"port {port} ({what}) is already listening on the host "
-                                                   f"({who or 'unknown owner'}) and it is not one of our dflash-* units"))
+                    err("dist_init_addr", f"port {port} ({what}) is already listening on the host "
+                                                   f"({who or 'unknown owner'}) and it is not one of our dflash-* units")
                     break
     tp = inst.get("tp")
     model = (host_facts or {}).get("models", {}).get(raw.get("model_path")) if host_facts else None
     msg = heads_error(tp, model)
     if msg:
-        errs.append(("tp", msg))
+        err("tp", msg)
     return errs
 
 

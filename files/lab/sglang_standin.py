@@ -34,7 +34,8 @@ drain before a restart has requests in flight to wait for).
 
 Multi-node (--nnodes N > 1, --node-rank R, --dist-init-addr HOST:PORT), emulating sglang 0.5.11:
   rank 0 listens on the dist-init port (the rendezvous) and answers /health 503 until every rank
-  1..N-1 connected and agreed on nnodes, tp size and model; ranks > 0 connect to it (retrying), then
+  1..N-1 connected with the same launch arguments (all but the rank and the API's host/port: a rank of
+  another release is refused and keeps knocking); ranks > 0 connect to it (retrying), then
   serve only what sglang's health server on those nodes serves (/health, /health_generate, /ping and,
   with --enable-metrics, /metrics; 404 otherwise). A rank that loses its peers exits 1 with an NCCL-like
   error, so one failed rank takes the others down (systemd restarts them). A rank that never meets
@@ -741,7 +742,11 @@ def rendezvous(args: dict, state: State) -> None:
         _die("ValueError: --dist-init-addr is required with --nnodes > 1 (lab stand-in)")
     host, port = _split_addr(addr)
     timeout = _env_float("DFLASH_STANDIN_RENDEZVOUS_TIMEOUT", 600.0)
-    me = {"rank": rank, "nnodes": nnodes, "tp_size": args.get("tp_size"), "model_path": args.get("model_path")}
+    # what every rank must share: all launch arguments but the rank and where this node's API listens
+    same = {k: v for k, v in sorted(args.items()) if k not in ("node_rank", "host", "port")}
+    digest = hashlib.sha256(json.dumps(same, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    me = {"rank": rank, "nnodes": nnodes, "tp_size": args.get("tp_size"), "model_path": args.get("model_path"),
+          "args": digest}
     log(f"lab stand-in: multi-node rank {rank} of {nnodes}, rendezvous {addr}")
     if rank == 0:
         try:
@@ -758,7 +763,7 @@ def rendezvous(args: dict, state: State) -> None:
                      f"{len(peers) + 1}/{nnodes} clients joined (lab stand-in)")
             try:
                 conn, peer = srv.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             conn.settimeout(10.0)
             try:
@@ -777,10 +782,14 @@ def rendezvous(args: dict, state: State) -> None:
             elif hello.get("tp_size") != me["tp_size"] or hello.get("model_path") != me["model_path"]:
                 why = f"rank {r} has tp_size {hello.get('tp_size')} / model {hello.get('model_path')}, rank 0 " \
                       f"{me['tp_size']} / {me['model_path']}"
+            elif hello.get("args") != digest:
+                why = f"rank {r} was started with other arguments (another release?)"
             if why:
+                # refused, not fatal here: a rank of another release may knock while this one starts
                 conn.sendall((json.dumps({"error": why}) + "\n").encode())
                 conn.close()
-                _die(f"RuntimeError: multi-node rendezvous failed: {why} (lab stand-in)")
+                log(f"lab stand-in: refused a peer from {peer[0]}: {why}")
+                continue
             peers[r] = conn
             log(f"lab stand-in: rank {r} joined from {peer[0]} ({len(peers) + 1}/{nnodes})")
         for r, conn in peers.items():
@@ -791,21 +800,28 @@ def rendezvous(args: dict, state: State) -> None:
         state.ready.set()
         return
     end = time.monotonic() + timeout
+    refused = None
     while True:
+        # until a rank 0 of the same arguments takes this rank (one of another release is refused: try again)
         try:
             conn = socket.create_connection((host, port), timeout=2.0)
+            conn.sendall((json.dumps(me) + "\n").encode())
+            conn.settimeout(None)
+            answer = json.loads(conn.makefile().readline() or "{}")
+        except (OSError, ValueError):
+            answer = None
+        if answer and answer.get("ok"):
             break
-        except OSError:
-            if time.monotonic() > end:
-                _die(f"torch.distributed.DistNetworkError: failed to connect to {addr} within {timeout:g} s "
-                     "(lab stand-in)")
-            time.sleep(0.5)
-    conn.sendall((json.dumps(me) + "\n").encode())
-    conn.settimeout(None)
-    answer = json.loads(conn.makefile().readline() or "{}")
-    if not answer.get("ok"):
-        _die(f"RuntimeError: multi-node rendezvous refused by rank 0: {answer.get('error') or 'connection closed'} "
-             "(lab stand-in)")
+        if answer:
+            refused = answer.get("error") or "connection closed"
+            log(f"lab stand-in: rank 0 at {addr} refused this rank: {refused}; trying again")
+            conn.close()
+        if time.monotonic() > end:
+            if refused:
+                _die(f"RuntimeError: multi-node rendezvous refused by rank 0: {refused} (lab stand-in)")
+            _die(f"torch.distributed.DistNetworkError: failed to connect to {addr} within {timeout:g} s "
+                 "(lab stand-in)")
+        time.sleep(0.5)
     log(f"lab stand-in: rank {rank} joined rank 0 at {addr}; health server only")
     state.ready.set()
     threading.Thread(target=_watch, args=(conn, "rank 0"), daemon=True).start()

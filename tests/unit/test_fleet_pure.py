@@ -121,8 +121,9 @@ class FakeRouter:
             n = self.inflight.pop(0) if len(self.inflight) > 1 else self.inflight[0]
             if n is None:
                 return None, None, "connection refused"
-            return 200, f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{{tp_rank=\"0\"}} {n}.0\n" \
-                        "sglang:num_queue_reqs{tp_rank=\"0\"} 0.0\n", None
+            text = (f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{{tp_rank=\"0\"}} {n}.0\n"
+                    "sglang:num_queue_reqs{tp_rank=\"0\"} 0.0\n")
+            return 200, text, None
         if method == "GET" and url.endswith("/workers"):
             return 200, {"workers": list(self.workers.values()), "total": len(self.workers)}, None
         if method == "DELETE":
@@ -239,3 +240,62 @@ def test_file_sd_targets():
 def test_router_port_taken_by_an_instance_of_its_host():
     errs = rt.check_settings(SETTINGS, rt.workers(FLEET), [{"name": "w", "port": 30000}])
     assert errs == ["dflash_router_port: 30000 is also the port of instance 'w' on this host"]
+
+
+# --------------------------------------------------------------------------- filters and the summary callback
+
+def test_rollout_filters_read_the_inventory_like_ansible_hands_it():
+    from test_filters import load_plugin
+    f = load_plugin("dflash_rollout").FilterModule().filters()
+    hostvars = {
+        "fl-a": {"ansible_host": "mol-fl-a", "dflash_instances": [{"name": "w", "port": 30001}],
+                 "ansible_facts": {"hostname": "fl-a", "all_ipv4_addresses": ["10.88.0.2"]}},
+        "fl-b": {"dflash_fleet_address": "10.0.0.2", "dflash_instances": [{"name": "w", "port": 30001}],
+                 "dflash_router_port": 8000},
+        "fl-c": {},
+    }
+    fleet = f["dflash_rollout_fleet"](hostvars, ["fl-a", "fl-b", "fl-c"])
+    assert fleet["fl-a"]["address"] == "mol-fl-a" and fleet["fl-b"]["address"] == "10.0.0.2"
+    assert fleet["fl-c"] == {"address": "fl-c", "instances": []}
+    assert [w["url"] for w in f["dflash_router_workers"](fleet)] == ["http://mol-fl-a:30001", "http://10.0.0.2:30001"]
+    assert f["dflash_rollout_router_endpoints"](hostvars, ["fl-a", "fl-b"]) == [["fl-a", 30000], ["fl-b", 8000]]
+    assert f["dflash_rollout_addresses"](hostvars, ["fl-a"])["fl-a"] == ["10.88.0.2", "fl-a", "mol-fl-a"]
+    assert f["dflash_rollout_batches"](["fl-a", "fl-b", "fl-c"], [1, "50%"]) == [["fl-a"], ["fl-b"], ["fl-c"]]
+    assert f["dflash_multinode_check"](fleet, ["fl-a", "fl-b", "fl-c"])["errors"] == []
+
+
+def test_summary_callback_collects_and_prints(tmp_path, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location(
+        "dflash_rollout_cb", Path(__file__).resolve().parents[2] / "callback_plugins" / "dflash_rollout.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cb = mod.CallbackModule()
+    shown = []
+    cb._display = SimpleNamespace(banner=shown.append, display=shown.append)
+
+    def result(host, res, task="t"):
+        return SimpleNamespace(_host=SimpleNamespace(get_name=lambda: host), _result=res,
+                               _task=SimpleNamespace(get_name=lambda: task))
+
+    plan = {"hosts": ["a", "b", "c"], "serial": [1, 2], "max_fail_percentage": 0, "batches": [["a"], ["b", "c"]]}
+    cb.v2_playbook_on_play_start(SimpleNamespace(get_name=lambda: "Check every host before anything changes"))
+    for h in "abc":
+        cb.v2_runner_on_ok(result(h, {"ansible_facts": {"dflash_rollout_plan": plan,
+                                                         "dflash_rollout_before": {"release": f"R1{h}"}}}))
+    cb.v2_playbook_on_play_start(SimpleNamespace(get_name=lambda: "Roll out in batches (a canary host first), ..."))
+    cb.v2_runner_on_ok(result("a", {"ansible_facts": {"dflash_rollout_result": {"id": "R2a", "smoked": ["w"]}}}))
+    cb.v2_runner_on_failed(result("b", {"msg": "b: release R2b failed its smoke test: x -- rolled back to R1b "
+                                              "(smoke test passed)"}, task="Fail with the diagnosis"))
+    cb.v2_runner_on_ok(result("c", {}))
+    monkeypatch.setenv("DFLASH_ROLLOUT_SUMMARY", str(tmp_path / "s.json"))
+    cb.v2_playbook_on_stats(None)
+    text = "\n".join(map(str, shown))
+    assert "DFLASH ROLLOUT SUMMARY" in text and "R2a" in text
+    rows = {r["host"]: r for r in json.loads((tmp_path / "s.json").read_text())["rows"]}
+    assert rows["a"]["verdict"] == "healthy (new release, restarted w)"
+    assert rows["b"]["after"] == "R1b" and rows["b"]["verdict"].startswith("FAILED: Fail with the diagnosis")
+    assert rows["c"]["verdict"].startswith("STOPPED during its batch")

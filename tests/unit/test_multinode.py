@@ -71,16 +71,16 @@ def test_each_bad_form_is_refused_with_hosts_instance_and_field(fleet, needle):
 
 def test_a_rank_left_out_by_the_limit():
     errors = check(good(), run=["fl-a", "fl-d"])["errors"]
-    assert errors == ["fl-e: instance 'mn': field 'node_rank': rank 1 is on fl-e, which this run leaves out "
-                      "(--limit fl-d): the ranks of a multi-node instance are deployed together; add it to the limit"]
+    assert errors == [("fl-e: instance 'mn': field 'node_rank': rank 1 is on fl-e, which this run leaves out "
+                       "(--limit fl-d): the ranks of a multi-node instance are deployed together; add it to the limit")]
 
 
 def test_ranks_in_different_batches():
     hosts = ["fl-a", "fl-d", "fl-e"]
     errors = check(good(), batches=ro.batches(hosts, [1, "25%"]), serial=[1, "25%"])["errors"]
-    assert errors == ["fl-d, fl-e: instance 'mn': field 'node_rank': the ranks fall in rollout batches fl-d -> 2, "
-                      "fl-e -> 3 of serial [1, '25%']: the ranks of a multi-node instance restart together (rank 0 "
-                      "waits for all); order the hosts so they share a batch, or set dflash_rollout_serial"]
+    assert errors == [("fl-d, fl-e: instance 'mn': field 'node_rank': the ranks fall in rollout batches fl-d -> 2, "
+                       "fl-e -> 3 of serial [1, '25%']: the ranks of a multi-node instance restart together (rank 0 "
+                       "waits for all); order the hosts so they share a batch, or set dflash_rollout_serial")]
 
 
 def test_unknown_name_for_rank_0_is_a_warning():

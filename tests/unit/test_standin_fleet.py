@@ -8,7 +8,22 @@ import threading
 import time
 
 import pytest
-from test_standin import BASE_ARGS, SPEC_ARGS, free_port, http, jget, jpost, start  # noqa: F401
+from test_standin import BASE_ARGS, SPEC_ARGS, Server, free_port, http, jget, jpost
+
+
+@pytest.fixture
+def start():
+    servers = []
+
+    def _start(args, env=None):
+        srv = Server(args, env)
+        servers.append(srv)
+        srv.wait_listening()
+        return srv
+
+    yield _start
+    for srv in servers:
+        srv.stop()
 
 
 def wait_status(url, want, timeout=10.0):
@@ -77,21 +92,36 @@ def test_a_rank_that_dies_takes_the_other_down(start):
 @pytest.mark.parametrize("bad, why", [
     (["--nnodes", "3"], "nnodes 3 on rank 1 but 2 on rank 0"),
     (["--tp-size", "4"], "has tp_size 4"),
+    (["--random-seed", "7"], "was started with other arguments (another release?)"),
 ])
-def test_ranks_that_disagree_are_refused(start, bad, why):
+def test_ranks_that_disagree_are_refused_and_keep_knocking(start, bad, why):
     dist = free_port()
-    r0 = start(mn_args(0, dist))
+    r0 = start(mn_args(0, dist), env={"DFLASH_STANDIN_RENDEZVOUS_TIMEOUT": "3"})
     args = mn_args(1, dist)
-    flag = bad[0]
-    args[args.index(flag) + 1] = bad[1]
-    if flag == "--nnodes":
-        args[args.index("--node-rank") + 1] = "1"
-    r1 = start(args)
-    r0.proc.wait(timeout=10)
+    if bad[0] in args:
+        args[args.index(bad[0]) + 1] = bad[1]
+    else:
+        args += bad
+    r1 = start(args, env={"DFLASH_STANDIN_RENDEZVOUS_TIMEOUT": "3"})
+    assert http("GET", r0.base + "/health")[0] == 503
+    r0.proc.wait(timeout=15)
+    r1.proc.wait(timeout=15)
     rc0, err0 = r0.stop()
     rc1, err1 = r1.stop()
-    assert rc0 == 1 and why in err0
-    assert rc1 == 1 and "refused by rank 0" in err1
+    assert rc0 == 1 and "refused a peer from 127.0.0.1: " in err0 and why in err0
+    assert rc1 == 1 and "refused by rank 0: " in err1 and why in err1
+
+
+def test_a_rank_of_another_release_waits_for_the_right_rank_0(start):
+    dist = free_port()
+    old0 = start(mn_args(0, dist) + ["--random-seed", "1"])
+    new1 = start(mn_args(1, dist) + ["--random-seed", "2"])
+    time.sleep(1.5)
+    assert http("GET", old0.base + "/health")[0] == 503
+    old0.stop()  # the new rank 0 replaces it on the same port
+    new0 = start(mn_args(0, dist) + ["--random-seed", "2"])
+    assert wait_status(new0.base + "/health", 200) == 200
+    assert wait_status(new1.base + "/health", 200) == 200
 
 
 def test_rank_0_gives_up_after_the_rendezvous_timeout(start):
