@@ -73,7 +73,8 @@ def summary(hosts, before, after, failures, batch_list=None, started=None) -> li
                 row["after"] = None  # a first deploy that failed: its instances were stopped
             else:
                 row["after"] = prev  # failed before its release changed
-            row["verdict"] = "FAILED: " + (msg[:400] + ("..." if len(msg) > 400 else ""))
+            # the head says what failed, the tail what became of the host (rolled back to ...)
+            row["verdict"] = "FAILED: " + (msg if len(msg) <= 400 else f"{msg[:240]} ... {msg[-160:]}")
         elif h in (after or {}):
             a = after[h] or {}
             row["after"] = a.get("id")

@@ -299,3 +299,11 @@ def test_summary_callback_collects_and_prints(tmp_path, monkeypatch):
     assert rows["a"]["verdict"] == "healthy (new release, restarted w)"
     assert rows["b"]["after"] == "R1b" and rows["b"]["verdict"].startswith("FAILED: Fail with the diagnosis")
     assert rows["c"]["verdict"].startswith("STOPPED during its batch")
+
+
+def test_summary_keeps_the_end_of_a_long_failure():
+    msg = "Fail with the diagnosis: fl-a: release R2 failed its smoke test: " + "x" * 900 + \
+        " -- rolled back to R1 (smoke test passed)"
+    row = ro.summary(["fl-a"], {"fl-a": "R1"}, {}, {"fl-a": msg})[0]
+    assert row["after"] == "R1" and row["verdict"].endswith("rolled back to R1 (smoke test passed)")
+    assert len(row["verdict"]) < 420
