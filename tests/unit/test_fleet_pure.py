@@ -8,6 +8,7 @@ import dflash_metrics as metrics
 import dflash_rollout as ro
 import dflash_router as rt
 import pytest
+from test_smoke import FakeTime
 
 # --------------------------------------------------------------------------- batches
 
@@ -144,20 +145,9 @@ class FakeRouter:
         return 404, None, None
 
 
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.t += s
-
-
 def drive(fake, url, state, **kw):
-    c = Clock()
-    return rt.set_worker("http://r:30000", url, state, call=fake, clock=c, sleep=c.sleep, **kw)
+    c = FakeTime()
+    return rt.set_worker("http://r:30000", url, state, call=fake, clock=c.clock, sleep=c.sleep, **kw)
 
 
 def test_drain_removes_by_id_and_waits_for_running_requests():
@@ -202,9 +192,9 @@ def test_check_mode_changes_nothing():
 
 def test_wait_and_smoke_through_the_router():
     fake = FakeRouter(["http://w1:30001"])
-    c = Clock()
-    res = rt.wait_router("http://r:30000", ["http://w1:30001", "http://w9:30001"], timeout=5.0, call=fake, clock=c,
-                         sleep=c.sleep)
+    c = FakeTime()
+    res = rt.wait_router("http://r:30000", ["http://w1:30001", "http://w9:30001"], timeout=5.0, call=fake,
+                         clock=c.clock, sleep=c.sleep)
     assert res["healthy"] == ["http://w1:30001"] and res["missing"] == ["http://w9:30001"]
     rec = rt.smoke_router("http://r:30000", "fibonacci", call=fake)
     assert rec["completion_tokens"] == 12 and rec["model"] == "/m"
