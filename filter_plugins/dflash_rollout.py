@@ -20,13 +20,15 @@ from dflash_jinja import plain as _plain
 
 
 def dflash_rollout_fleet(hostvars, hosts):
-    """{host: {address, instances}} for the given hosts, from the inventory (no facts needed).
-    address: dflash_fleet_address, else ansible_host, else the inventory name."""
+    """{host: {address, bind, instances}} for the given hosts, from the inventory (no facts needed).
+    address: dflash_fleet_address, else ansible_host, else the inventory name; bind: the instances'
+    default listen address (dflash_instances_bind_host, 127.0.0.1 as that role's default)."""
     out = {}
     for host in hosts or []:
         hv = hostvars.get(host, {})
         out[str(host)] = {
             "address": str(hv.get("dflash_fleet_address") or hv.get("ansible_host") or host),
+            "bind": str(hv.get("dflash_instances_bind_host") or "127.0.0.1"),
             "instances": _plain(hv.get("dflash_instances") or []),
         }
     return out
@@ -92,6 +94,14 @@ def dflash_router_workers(fleet):
     return _router.workers(_plain(fleet))
 
 
+def dflash_router_reach_errors(workers, hosts, what="the router"):
+    return _router.reach_errors(_plain(workers), _plain(hosts), what)
+
+
+def dflash_router_api_key(fleet, workers):
+    return _router.worker_api_key(_plain(fleet), _plain(workers))
+
+
 def dflash_router_errors(settings, workers, own_instances=()):
     return _router.check_settings(_plain(settings), _plain(workers), _plain(own_instances))
 
@@ -122,6 +132,8 @@ class FilterModule:
             "dflash_multinode_peers": dflash_multinode_peers,
             "dflash_router_workers": dflash_router_workers,
             "dflash_router_errors": dflash_router_errors,
+            "dflash_router_reach_errors": dflash_router_reach_errors,
+            "dflash_router_api_key": dflash_router_api_key,
             "dflash_router_args": dflash_router_args,
             "dflash_metrics_file_sd": dflash_metrics_file_sd,
         }

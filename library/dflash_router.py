@@ -29,6 +29,7 @@ options:
   prompt: {description: Chat prompt of action=smoke., type: str, default: "Write a Python function fibonacci(n) using iteration. Return only code."}
   max_tokens: {description: max_tokens of action=smoke., type: int, default: 64}
   host: {description: Host name used in messages., type: str, default: ''}
+  api_key: {description: "The workers' API key (action=smoke), sent as Authorization Bearer.", type: str}
 author: dflash-deploy
 """
 
@@ -66,6 +67,7 @@ def main():
             "prompt": {"type": "str", "default": "Write a Python function fibonacci(n) using iteration. Return only code."},
             "max_tokens": {"type": "int", "default": 64},
             "host": {"type": "str", "default": ""},
+            "api_key": {"type": "str", "no_log": True},
         },
         required_if=[("action", "worker", ["url"])],
         supports_check_mode=True,
@@ -90,7 +92,8 @@ def main():
             for u in res["missing"]:
                 module.warn(f"{where}the router does not list {u} as healthy (its instance is down or failing)")
             module.exit_json(changed=False, **res)
-        rec = smoke_router(p["router"], p["prompt"], max_tokens=p["max_tokens"], timeout=p["timeout"])
+        rec = smoke_router(p["router"], p["prompt"], max_tokens=p["max_tokens"], timeout=p["timeout"],
+                           api_key=p["api_key"])
         module.exit_json(changed=False, record=rec)
     except RouterError as exc:
         module.fail_json(msg=f"{where}router {p['router']}: {exc}")

@@ -60,6 +60,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_smoke import (
     SmokeError,
     check_named,
+    instance_secret_values,
     smoke_all,
     smoke_argument_spec,
     smoke_options,
@@ -82,6 +83,7 @@ def main():
                          failed_instances=[], instances={})
     try:
         instances = target_instances(p)
+        module.no_log_values.update(instance_secret_values(instances))
         if module.check_mode:
             module.exit_json(changed=False, instances={}, failed_instances=[], msg="not run in check mode")
         check_named(instances)

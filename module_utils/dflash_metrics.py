@@ -12,23 +12,23 @@ from __future__ import annotations
 import json
 
 try:
-    from ansible.module_utils.dflash_router import url_host
+    from ansible.module_utils.dflash_router import listen_address, url_host
     from ansible.module_utils.dflash_tp import nnodes_of
 except ImportError:
-    from dflash_router import url_host
+    from dflash_router import listen_address, url_host
     from dflash_tp import nnodes_of
 
 
 def targets(fleet, routers=None) -> list:
-    """fleet: {host: {address, instances}}; routers: {host: {address, prometheus_port}}.
+    """fleet: {host: {address, bind, instances}} (instances reached as the router reaches them); routers: {host: {address, prometheus_port}}.
     -> [{"targets": ["addr:port"], "labels": {...}}], sorted, one group per endpoint."""
     out = []
     for host in sorted(fleet or {}):
         entry = fleet[host] or {}
-        addr = url_host(entry.get("address") or host)
         for inst in entry.get("instances") or []:
             if not isinstance(inst, dict) or inst.get("metrics", True) is False or not inst.get("port"):
                 continue
+            addr = url_host(listen_address(inst, entry, host)[1])
             labels = {"dflash_host": host, "dflash_instance": str(inst.get("name")), "dflash_role": "instance",
                       "dflash_algorithm": str(inst.get("algorithm") or "DFLASH").upper()}
             if nnodes_of(inst) > 1:

@@ -19,6 +19,7 @@ or queued request) before the restart and adds it back once its smoke test passe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -46,24 +47,68 @@ def url_host(address: str) -> str:
     return f"[{a}]" if ":" in a and not a.startswith("[") else a
 
 
+WILDCARDS = ("0.0.0.0", "::", "[::]")
+
+
+def _loopback(address) -> bool:
+    a = str(address).strip("[]")
+    return a == "localhost" or a == "::1" or a.startswith("127.")
+
+
+def listen_address(inst, entry, host):
+    """-> (bind, address to reach it at): the instance's `host`, else the host's bind default
+    (127.0.0.1); a wildcard bind is reached at the host's address."""
+    bind = str(inst.get("host") or (entry or {}).get("bind") or "127.0.0.1")
+    return bind, ((entry or {}).get("address") or host) if bind in WILDCARDS else bind
+
+
 def workers(fleet) -> list:
     """The router's workers: every instance that serves the HTTP API (single-node, or rank 0).
 
-    fleet: {host: {"address": str, "instances": [...]}} -> [{host, instance, url, port, model_path}],
-    sorted by host then instance."""
+    fleet: {host: {"address": str, "bind": str, "instances": [...]}} -> [{host, instance, url, port,
+    model_path, nnodes, bind, key_id}], sorted by host then instance. The URL's address: the host's
+    address when the instance listens on every address (0.0.0.0, ::), else the address it listens on
+    (its `host`, else the host's dflash_instances_bind_host, 127.0.0.1 by default)."""
     out = []
     for host in sorted(fleet or {}):
         entry = fleet[host] or {}
-        addr = entry.get("address") or host
         for inst in entry.get("instances") or []:
             if not isinstance(inst, dict) or not _is_int(inst.get("port")):
                 continue
             if nnodes_of(inst) > 1 and inst.get("node_rank", 0) != 0:
                 continue  # a node rank > 0 answers /health only
+            bind, where = listen_address(inst, entry, host)
             out.append({"host": host, "instance": inst.get("name"), "port": inst["port"],
-                        "url": f"http://{url_host(addr)}:{inst['port']}", "model_path": inst.get("model_path"),
-                        "nnodes": nnodes_of(inst)})
+                        "url": f"http://{url_host(where)}:{inst['port']}", "model_path": inst.get("model_path"),
+                        "nnodes": nnodes_of(inst), "bind": bind, "key_id": key_id(inst.get("api_key"))})
     return sorted(out, key=lambda w: (w["host"], str(w["instance"])))
+
+
+def reach_errors(worker_list, hosts, what="the router") -> list:
+    """Workers `what` on another host (a router, Prometheus) cannot reach: they listen on loopback only."""
+    errs = []
+    for r in sorted(hosts or ()):
+        for w in worker_list or []:
+            if w["host"] != r and _loopback(w.get("bind", "")):
+                errs.append(f"{w['host']}: instance '{w['instance']}' listens on {w['bind']} only: {what} on {r} "
+                            "cannot reach it; set the instance's host (or dflash_instances_bind_host) to 0.0.0.0 "
+                            "or an address of that host, with an api_key")
+    return errs
+
+
+def key_id(api_key):
+    """A short digest that tells API keys apart without showing them (None: no key)."""
+    return hashlib.sha256(str(api_key).encode()).hexdigest()[:12] if api_key else None
+
+
+def worker_api_key(fleet, worker_list):
+    """The API key the router's clients send: the api_key of the first worker's instance (check_settings
+    refuses workers that do not share one), or None."""
+    for w in worker_list or []:
+        for inst in (fleet.get(w["host"]) or {}).get("instances") or []:
+            if isinstance(inst, dict) and inst.get("name") == w["instance"]:
+                return inst.get("api_key") or None
+    return None
 
 
 def check_settings(settings, worker_list, own_instances=()) -> list:
@@ -85,6 +130,10 @@ def check_settings(settings, worker_list, own_instances=()) -> list:
         errs.append(f"dflash_router_policy: {s.get('policy')!r} is not one of {', '.join(POLICIES)}")
     if not worker_list:
         errs.append("dflash_routers: the router would have no worker (no host of dflash_hosts has an instance)")
+    if len({w.get("key_id") for w in worker_list or []}) > 1:
+        errs.append("dflash_routers: the workers do not share one api_key (or some have none): a client of the "
+                    "one endpoint sends one key, so some requests would get 401; give every instance the same "
+                    "api_key (the key itself is not shown)")
     models = sorted({str(w.get("model_path")) for w in worker_list or []})
     if len(models) > 1 and not s.get("allow_mixed_models"):
         errs.append(f"dflash_routers: the workers serve different models ({', '.join(models)}); one router "
@@ -151,11 +200,14 @@ def inflight(metrics_text):
     return int(sum(found)) if found else None
 
 
-def http(method, url, body=None, timeout=10.0):
-    """-> (status, parsed JSON or text, error text or None). Never raises for HTTP or network errors."""
+def http(method, url, body=None, timeout=10.0, api_key=None):
+    """-> (status, parsed JSON or text, error text or None). Never raises for HTTP or network errors.
+    api_key: sent as `Authorization: Bearer <key>` (as the instances' smoke client does)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"content-type": "application/json"} if data else {})
+    headers = {"content-type": "application/json"} if data else {}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read().decode("utf-8", "replace")
@@ -280,17 +332,20 @@ def wait_router(router, expect=(), timeout=120.0, interval=0.5, min_healthy=1, c
             "missing": [u for u in expect if u not in healthy]}
 
 
-def smoke_router(router, prompt, max_tokens=64, temperature=0.0, timeout=120.0, call=http, clock=time.monotonic):
-    """One chat completion through the router (the model from its /v1/models) -> the record of check_chat."""
+def smoke_router(router, prompt, max_tokens=64, temperature=0.0, timeout=120.0, call=http, clock=time.monotonic,
+                 api_key=None):
+    """One chat completion through the router (the model from its /v1/models) -> the record of check_chat.
+    api_key: the workers' key, sent the way a client of the endpoint sends it (the router passes it on)."""
     base = router.rstrip("/")
-    status, models, err = call("GET", base + "/v1/models", timeout=timeout)
+    auth = {"api_key": api_key} if api_key else {}
+    status, models, err = call("GET", base + "/v1/models", timeout=timeout, **auth)
     if status != 200 or not isinstance(models, dict) or not models.get("data"):
         raise RouterError(f"GET {base}/v1/models through the router: {err or f'HTTP {status}: {str(models)[:200]}'}")
     model = models["data"][0].get("id")
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": temperature,
             "max_tokens": max_tokens}
     t = clock()
-    status, out, err = call("POST", base + "/v1/chat/completions", body, timeout=timeout)
+    status, out, err = call("POST", base + "/v1/chat/completions", body, timeout=timeout, **auth)
     if status is None:
         raise RouterError(f"POST {base}/v1/chat/completions: {err}")
     try:

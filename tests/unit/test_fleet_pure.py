@@ -56,11 +56,11 @@ def test_summary_host_stopped_mid_batch():
 # --------------------------------------------------------------------------- router: workers, settings, args
 
 FLEET = {
-    "fl-a": {"address": "mol-fl-a", "instances": [{"name": "w", "port": 30001, "model_path": "/m"}]},
-    "fl-c": {"address": "fd00::3", "instances": [{"name": "tp2", "port": 30002, "model_path": "/m", "gpus": [0, 1]}]},
-    "fl-d": {"address": "mol-fl-d", "instances": [{"name": "mn", "port": 30001, "model_path": "/m", "nnodes": 2,
+    "fl-a": {"bind": "0.0.0.0", "address": "mol-fl-a", "instances": [{"name": "w", "port": 30001, "model_path": "/m"}]},
+    "fl-c": {"bind": "0.0.0.0", "address": "fd00::3", "instances": [{"name": "tp2", "port": 30002, "model_path": "/m", "gpus": [0, 1]}]},
+    "fl-d": {"bind": "0.0.0.0", "address": "mol-fl-d", "instances": [{"name": "mn", "port": 30001, "model_path": "/m", "nnodes": 2,
                                                    "node_rank": 0, "dist_init_addr": "mol-fl-d:29500"}]},
-    "fl-e": {"address": "mol-fl-e", "instances": [{"name": "mn", "port": 30001, "model_path": "/m", "nnodes": 2,
+    "fl-e": {"bind": "0.0.0.0", "address": "mol-fl-e", "instances": [{"name": "mn", "port": 30001, "model_path": "/m", "nnodes": 2,
                                                    "node_rank": 1, "dist_init_addr": "mol-fl-d:29500",
                                                    "metrics": False}]},
 }
@@ -108,9 +108,11 @@ class FakeRouter:
         self.register_after = register_after
         self.inflight = list(inflight)
         self.calls = []
+        self.keys = []
 
-    def __call__(self, method, url, body=None, timeout=10.0):
+    def __call__(self, method, url, body=None, timeout=10.0, api_key=None):
         self.calls.append((method, url))
+        self.keys.append(api_key)
         for u in list(self.pending):  # background work progresses one step per call
             self.pending[u] -= 1
             if self.pending[u] <= 0:
@@ -200,6 +202,53 @@ def test_wait_and_smoke_through_the_router():
     assert rec["completion_tokens"] == 12 and rec["model"] == "/m"
 
 
+def test_router_smoke_sends_the_workers_api_key():
+    fake = FakeRouter(["http://w1:30001"])
+    rt.smoke_router("http://r:30000", "fibonacci", call=fake, api_key="k-1")
+    assert fake.keys == ["k-1", "k-1"]  # /v1/models and the chat completion, as a client of the endpoint
+    fake = FakeRouter(["http://w1:30001"])
+    rt.smoke_router("http://r:30000", "fibonacci", call=fake)
+    assert fake.keys == [None, None]
+
+
+def test_http_sends_the_key_as_bearer(monkeypatch):
+    seen = {}
+
+    def urlopen(req, timeout):
+        seen.update(req.headers)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(rt.urllib.request, "urlopen", urlopen)
+    assert rt.http("GET", "http://r:30000/v1/models", api_key="k-1")[2] == "no network in this test"
+    assert seen == {"Authorization": "Bearer k-1"}
+
+
+def test_workers_behind_one_router_share_one_api_key_and_it_is_not_shown():
+    fleet = {h: dict(v, instances=[dict(i, api_key="secret-a") for i in v["instances"]]) for h, v in FLEET.items()}
+    ws = rt.workers(fleet)
+    assert rt.check_settings(SETTINGS, ws) == []
+    assert rt.worker_api_key(fleet, ws) == "secret-a" and "secret-a" not in json.dumps(ws)
+    fleet["fl-c"]["instances"][0]["api_key"] = "secret-b"
+    errs = rt.check_settings(SETTINGS, rt.workers(fleet))
+    assert any("do not share one api_key" in e for e in errs) and "secret" not in " ".join(errs)
+    assert rt.worker_api_key(FLEET, rt.workers(FLEET)) is None
+
+
+def test_listen_address_decides_the_url_and_loopback_is_refused_across_hosts():
+    fleet = {"a": {"address": "mol-a", "instances": [{"name": "w", "port": 30001}]},  # bind default 127.0.0.1
+             "b": {"address": "mol-b", "instances": [{"name": "w", "port": 30001}]},
+             "c": {"address": "mol-c", "bind": "0.0.0.0", "instances": [{"name": "w", "port": 30001,
+                                                                         "host": "10.0.0.3"}]}}
+    ws = rt.workers(fleet)
+    assert [w["url"] for w in ws] == ["http://127.0.0.1:30001", "http://127.0.0.1:30001", "http://10.0.0.3:30001"]
+    errs = rt.reach_errors(ws, ["a"])
+    assert errs == ["b: instance 'w' listens on 127.0.0.1 only: the router on a cannot reach it; set the "
+                    "instance's host (or dflash_instances_bind_host) to 0.0.0.0 or an address of that host, "
+                    "with an api_key"]
+    assert "Prometheus on c" in rt.reach_errors(ws, ["c"], "Prometheus")[0]
+    assert {g["targets"][0] for g in metrics.targets(fleet)} == {"127.0.0.1:30001", "10.0.0.3:30001"}
+
+
 def test_parse_workers_and_metrics_from_router_0_3_2_shapes():
     body = json.loads('{"workers":[{"id":"bcd2","url":"http://127.0.0.1:31001","model_id":"/m","priority":50,'
                       '"cost":1.0,"worker_type":"regular","is_healthy":true,"load":0,"connection_mode":"HTTP"}],'
@@ -239,17 +288,20 @@ def test_rollout_filters_read_the_inventory_like_ansible_hands_it():
     f = load_plugin("dflash_rollout").FilterModule().filters()
     hostvars = {
         "fl-a": {"ansible_host": "mol-fl-a", "dflash_instances": [{"name": "w", "port": 30001}],
+                 "dflash_instances_bind_host": "0.0.0.0",
                  "ansible_facts": {"hostname": "fl-a", "all_ipv4_addresses": ["10.88.0.2"]}},
-        "fl-b": {"dflash_fleet_address": "10.0.0.2", "dflash_instances": [{"name": "w", "port": 30001}],
+        "fl-b": {"dflash_fleet_address": "10.0.0.2", "dflash_instances": [{"name": "w", "port": 30001, "host": "::"}],
                  "dflash_router_port": 8000},
         "fl-c": {},
     }
     fleet = f["dflash_rollout_fleet"](hostvars, ["fl-a", "fl-b", "fl-c"])
     assert fleet["fl-a"]["address"] == "mol-fl-a" and fleet["fl-b"]["address"] == "10.0.0.2"
-    assert fleet["fl-c"] == {"address": "fl-c", "instances": []}
+    assert fleet["fl-c"] == {"address": "fl-c", "bind": "127.0.0.1", "instances": []}
     assert [w["url"] for w in f["dflash_router_workers"](fleet)] == ["http://mol-fl-a:30001", "http://10.0.0.2:30001"]
     assert f["dflash_rollout_router_endpoints"](hostvars, ["fl-a", "fl-b"]) == [["fl-a", 30000], ["fl-b", 8000]]
     assert f["dflash_rollout_addresses"](hostvars, ["fl-a"])["fl-a"] == ["10.88.0.2", "fl-a", "mol-fl-a"]
+    assert f["dflash_router_reach_errors"](f["dflash_router_workers"](fleet), ["fl-a"]) == []
+    assert f["dflash_router_api_key"](fleet, f["dflash_router_workers"](fleet)) is None
     assert f["dflash_rollout_batches"](["fl-a", "fl-b", "fl-c"], [1, "50%"]) == [["fl-a"], ["fl-b"], ["fl-c"]]
     assert f["dflash_multinode_check"](fleet, ["fl-a", "fl-b", "fl-c"])["errors"] == []
 

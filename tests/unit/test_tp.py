@@ -106,11 +106,13 @@ def test_model_facts_read_config_and_text_config(tmp_path):
     assert str(tmp_path / "bad") not in got and str(tmp_path / "missing") not in got
 
 
-def test_lab_model_config_splits_over_tp2_and_tp16():
+def test_lab_model_config_splits_over_tp2_not_tp16():
+    # the lab's Qwen3.6-27B config (hybrid, as the real one): 24 attention heads, 4 KV heads
     lab = Path(__file__).resolve().parents[2] / "lab" / "models" / "Qwen3.6-27B"
     cfg = tp.model_facts([{"model_path": str(lab)}])[str(lab)]
-    assert tp.heads_error(2, cfg) is None and tp.heads_error(16, cfg) is None
-    assert "tp can be [1, 2, 4, 8, 16, 32, 64]" in tp.heads_error(3, cfg)
+    assert cfg["num_attention_heads"] == 24 and tp.heads_error(2, cfg) is None
+    assert "tp 16 does not divide the model's 24 attention heads" in tp.heads_error(16, cfg)
+    assert "4 key/value heads do not split evenly" in tp.heads_error(3, cfg)
 
 
 # --------------------------------------------------------------------------- launch flags
