@@ -242,9 +242,9 @@ def test_listen_address_decides_the_url_and_loopback_is_refused_across_hosts():
     ws = rt.workers(fleet)
     assert [w["url"] for w in ws] == ["http://127.0.0.1:30001", "http://127.0.0.1:30001", "http://10.0.0.3:30001"]
     errs = rt.reach_errors(ws, ["a"])
-    assert errs == ["b: instance 'w' listens on 127.0.0.1 only: the router on a cannot reach it; set the "
-                    "instance's host (or dflash_instances_bind_host) to 0.0.0.0 or an address of that host, "
-                    "with an api_key"]
+    assert errs == [("b: instance 'w' listens on 127.0.0.1 only: the router on a cannot reach it; set the "
+                     "instance's host (or dflash_instances_bind_host) to 0.0.0.0 or an address of that host, "
+                     "with an api_key")]
     assert "Prometheus on c" in rt.reach_errors(ws, ["c"], "Prometheus")[0]
     assert {g["targets"][0] for g in metrics.targets(fleet)} == {"127.0.0.1:30001", "10.0.0.3:30001"}
 
