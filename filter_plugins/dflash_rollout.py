@@ -94,8 +94,10 @@ def dflash_router_workers(fleet):
     return _router.workers(_plain(fleet))
 
 
-def dflash_router_reach_errors(workers, hosts, what="the router"):
-    return _router.reach_errors(_plain(workers), _plain(hosts), what)
+def dflash_router_reach_errors(workers, hostvars, hosts, what="the router"):
+    """Workers the router (or Prometheus) on those hosts cannot reach (loopback only, another machine)."""
+    where = {h: v["address"] for h, v in dflash_rollout_fleet(hostvars, hosts).items()}
+    return _router.reach_errors(_plain(workers), where, what)
 
 
 def dflash_router_api_key(fleet, workers):

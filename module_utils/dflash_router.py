@@ -66,7 +66,7 @@ def workers(fleet) -> list:
     """The router's workers: every instance that serves the HTTP API (single-node, or rank 0).
 
     fleet: {host: {"address": str, "bind": str, "instances": [...]}} -> [{host, instance, url, port,
-    model_path, nnodes, bind, key_id}], sorted by host then instance. The URL's address: the host's
+    model_path, nnodes, bind, key_id, address}], sorted by host then instance. The URL's address: the host's
     address when the instance listens on every address (0.0.0.0, ::), else the address it listens on
     (its `host`, else the host's dflash_instances_bind_host, 127.0.0.1 by default)."""
     out = []
@@ -80,16 +80,21 @@ def workers(fleet) -> list:
             bind, where = listen_address(inst, entry, host)
             out.append({"host": host, "instance": inst.get("name"), "port": inst["port"],
                         "url": f"http://{url_host(where)}:{inst['port']}", "model_path": inst.get("model_path"),
-                        "nnodes": nnodes_of(inst), "bind": bind, "key_id": key_id(inst.get("api_key"))})
+                        "nnodes": nnodes_of(inst), "bind": bind, "key_id": key_id(inst.get("api_key")),
+                        "address": entry.get("address") or host})
     return sorted(out, key=lambda w: (w["host"], str(w["instance"])))
 
 
 def reach_errors(worker_list, hosts, what="the router") -> list:
-    """Workers `what` on another host (a router, Prometheus) cannot reach: they listen on loopback only."""
+    """Workers `what` on another machine (a router, Prometheus) cannot reach: they listen on loopback only.
+    hosts: {host: address} of where `what` runs (a list of names: their addresses are the names); a
+    host of the same address (two inventory hosts on one machine) reaches loopback."""
     errs = []
-    for r in sorted(hosts or ()):
+    where = hosts if isinstance(hosts, dict) else {h: h for h in hosts or ()}
+    for r in sorted(where):
         for w in worker_list or []:
-            if w["host"] != r and _loopback(w.get("bind", "")):
+            same = w["host"] == r or w.get("address") == where[r]
+            if not same and _loopback(w.get("bind", "")):
                 errs.append(f"{w['host']}: instance '{w['instance']}' listens on {w['bind']} only: {what} on {r} "
                             "cannot reach it; set the instance's host (or dflash_instances_bind_host) to 0.0.0.0 "
                             "or an address of that host, with an api_key")

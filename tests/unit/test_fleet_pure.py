@@ -246,6 +246,8 @@ def test_listen_address_decides_the_url_and_loopback_is_refused_across_hosts():
                      "instance's host (or dflash_instances_bind_host) to 0.0.0.0 or an address of that host, "
                      "with an api_key")]
     assert "Prometheus on c" in rt.reach_errors(ws, ["c"], "Prometheus")[0]
+    # two inventory hosts of one machine (the same address) reach each other's loopback
+    assert rt.reach_errors(ws, {"a": "mol-b"}) == []
     assert {g["targets"][0] for g in metrics.targets(fleet)} == {"127.0.0.1:30001", "10.0.0.3:30001"}
 
 
@@ -300,7 +302,11 @@ def test_rollout_filters_read_the_inventory_like_ansible_hands_it():
     assert [w["url"] for w in f["dflash_router_workers"](fleet)] == ["http://mol-fl-a:30001", "http://10.0.0.2:30001"]
     assert f["dflash_rollout_router_endpoints"](hostvars, ["fl-a", "fl-b"]) == [["fl-a", 30000], ["fl-b", 8000]]
     assert f["dflash_rollout_addresses"](hostvars, ["fl-a"])["fl-a"] == ["10.88.0.2", "fl-a", "mol-fl-a"]
-    assert f["dflash_router_reach_errors"](f["dflash_router_workers"](fleet), ["fl-a"]) == []
+    assert f["dflash_router_reach_errors"](f["dflash_router_workers"](fleet), hostvars, ["fl-a"]) == []
+    assert "the router on fl-a cannot reach it" in f["dflash_router_reach_errors"](
+        f["dflash_router_workers"](f["dflash_rollout_fleet"](hostvars, ["fl-a", "fl-c"]) | {
+            "fl-c": {"address": "fl-c", "bind": "127.0.0.1", "instances": [{"name": "w", "port": 30001}]}}),
+        hostvars, ["fl-a"])[0]
     assert f["dflash_router_api_key"](fleet, f["dflash_router_workers"](fleet)) is None
     assert f["dflash_rollout_batches"](["fl-a", "fl-b", "fl-c"], [1, "50%"]) == [["fl-a"], ["fl-b"], ["fl-c"]]
     assert f["dflash_multinode_check"](fleet, ["fl-a", "fl-b", "fl-c"])["errors"] == []
