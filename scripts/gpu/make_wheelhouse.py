@@ -12,6 +12,9 @@ machine: bench/gpu/capture_base.sh) offered to the resolver, the same code the r
 the resolution chose and checked against its sha256. --write-list records the list. Without --compute,
 WHEEL_LIST names the wheels (one file name or name==version a line).
 
+The sglang-router wheel's Rust library is stripped of its symbol tables (`strip --strip-unneeded`,
+92 -> 72 MB unpacked; its RECORD row gets the new hash and size).
+
 Two wheels are slimmed so that the archive fits one device call: sglang-kernel loses the FA3
 (flash_ops, ~1 GB unpacked), FlashMLA and sm100 kernels, xgrammar loses its static library.
 Their RECORD is rewritten to list exactly what remains; every kept file keeps its hash.
@@ -33,7 +36,9 @@ out too, packed as one .tar.xz. On the GPU machine it is put first on PYTHONPATH
 (bench/gpu/ddtree_e2e.sh, bench/gpu/argparse_check.sh). Unpacking here needs no Python 3.12.
 """
 import argparse
+import base64
 import fnmatch
+import hashlib
 import io
 import json
 import lzma
@@ -57,6 +62,8 @@ DROP = {
     "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*"],
     "xgrammar": ["xgrammar/lib/libxgrammar.a"],
 }
+# members whose symbol tables go (the router's library: the wheel is otherwise too big to carry)
+STRIP = {"sglang_router": ["sglang_router/*.so"]}
 # --site only: not importable without the wheel's RECORD-listed installer steps, unused by the harnesses
 SITE_DROP = ["_mscclpp*.so", "*/__pycache__/*"]
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 35)] + [
@@ -77,16 +84,39 @@ def download(specs, dest):
     subprocess.run(cmd + specs, check=True, env=env)
 
 
-def slim(src, dst, patterns):
-    """Copy wheel src to dst uncompressed, dropping members matching patterns (and their RECORD rows)."""
+def strip_bytes(data):
+    """`strip --strip-unneeded` of a shared library given as bytes."""
+    with tempfile.NamedTemporaryFile(suffix=".so") as tmp:
+        tmp.write(data)
+        tmp.flush()
+        subprocess.run(["strip", "--strip-unneeded", tmp.name], check=True)
+        with open(tmp.name, "rb") as fh:
+            return fh.read()
+
+
+def slim(src, dst, patterns, strip=()):
+    """Copy wheel src to dst uncompressed, dropping members matching patterns (and their RECORD rows) and
+    stripping members matching strip (their RECORD rows get the new hash and size)."""
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         dropped = {n for n in zin.namelist() if any(fnmatch.fnmatch(n, p) for p in patterns)}
+        stripped = {}
+        for name in zin.namelist():
+            if any(fnmatch.fnmatch(name, p) for p in strip):
+                stripped[name] = strip_bytes(zin.read(name))
         for info in zin.infolist():
             if info.filename in dropped:
                 continue
-            data = zin.read(info.filename)
-            if info.filename.endswith(".dist-info/RECORD") and dropped:
-                rows = [r for r in data.decode().splitlines() if r.split(",", 1)[0] not in dropped]
+            data = stripped.get(info.filename) or zin.read(info.filename)
+            if info.filename.endswith(".dist-info/RECORD") and (dropped or stripped):
+                rows = []
+                for r in data.decode().splitlines():
+                    name = r.split(",", 1)[0]
+                    if name in dropped:
+                        continue
+                    if name in stripped:
+                        digest = base64.urlsafe_b64encode(hashlib.sha256(stripped[name]).digest()).rstrip(b"=")
+                        r = f"{name},sha256={digest.decode()},{len(stripped[name])}"
+                    rows.append(r)
                 data = ("\n".join(rows) + "\n").encode()
             info.compress_type = zipfile.ZIP_STORED
             zout.writestr(info, data)
@@ -246,7 +276,7 @@ def pack(raw, out_path, keep, count, site=False):
             if dist in (keep or ["sglang"]):
                 shutil.copyfile(os.path.join(raw, f), os.path.join(out, f))
                 continue
-            dropped = slim(os.path.join(raw, f), os.path.join(out, f), DROP.get(dist, []))
+            dropped = slim(os.path.join(raw, f), os.path.join(out, f), DROP.get(dist, []), STRIP.get(dist, []))
             if dropped:
                 print(f"slimmed {f}: dropped {len(dropped)} files", file=sys.stderr)
         if site:
