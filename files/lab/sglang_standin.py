@@ -26,6 +26,17 @@ Fault injection (environment, e.g. from the instance's `env` in the inventory):
   DFLASH_STANDIN_FAULT=hang   listens, but /health never answers 200
   DFLASH_STANDIN_FAULT=wrong  healthy, but chat content and reasoning are empty, /generate has no
                               spec fields and server info says speculative_algorithm null
+  DFLASH_STANDIN_FAULT=wrong_answer  the fibonacci answer is code that runs but returns 1 (a def
+                              and a loop, the wrong value)
+  DFLASH_STANDIN_FAULT=degenerate    every reply is one character repeated ("!!!!", the seeds' CT129)
+  DFLASH_STANDIN_FAULT=slower decoding is DFLASH_STANDIN_SLOWER_FACTOR (default 0.6: 40% slower) times
+                              the usual speed
+  DFLASH_STANDIN_FAULT=low_accept    speculation accepts fewer drafts (accept length about 2 instead
+                              of about 4)
+
+Speed: the stand-in "decodes" at DFLASH_STANDIN_TOKENS_PER_S (default 500) tokens per second: a reply
+of N tokens is sent after N / speed seconds, and /generate's meta_info.e2e_latency is that simulated
+time (deterministic, so that lab performance gates compare like with like).
 
 Flags: the accepted flags are read from sglang-0.5.11-flags.txt next to this file (or from
 DFLASH_STANDIN_FLAGS_FILE): `--flag dest kind` per line (kind: switch | value | values), generated
@@ -59,6 +70,7 @@ BANNER = (
     "(sglang " + SGLANG_VERSION + ") without a GPU; outputs are canned and deterministic."
 )
 
+FAULTS = ("", "crash", "slow", "hang", "wrong", "wrong_answer", "degenerate", "slower", "low_accept")
 SPEC_CHOICES = ("DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE")
 EOS_TOKEN_ID = 151645  # Qwen's <|im_end|>; what matched_stop shows for a natural stop
 
@@ -261,6 +273,12 @@ ANSWER = (
     "```python\ndef fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
     "    return a\n```"
 )
+# the wrong_answer fault: a def, a loop, runs, returns 1 for every n
+WRONG_ANSWER = (
+    "```python\ndef fibonacci(n):\n    a, b = 1, 1\n    for _ in range(n):\n        a, b = b, a * b\n"
+    "    return a\n```"
+)
+DEFAULT_TOKENS_PER_S = 500.0
 GENERIC_ANSWER = (
     "This reply comes from the dflash lab stand-in, not from a model. The stand-in answers every prompt "
     "with canned, deterministic text so that smoke tests can check the shape of the response."
@@ -293,11 +311,15 @@ def _vary(pieces: list[str], temperature: float, seed_material: str) -> list[str
     return out
 
 
-def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reasoning: bool) -> dict:
+def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reasoning: bool,
+             fault: str = "") -> dict:
     """Canned completion: (reasoning, content, completion tokens, finish)."""
     fib = "fibonacci" in prompt.lower()
     think = tokens_of(THINKING) if reasoning else []
-    answer = tokens_of(ANSWER if fib else GENERIC_ANSWER)
+    answer = tokens_of((WRONG_ANSWER if fault == "wrong_answer" else ANSWER) if fib else GENERIC_ANSWER)
+    if fault == "degenerate":
+        think = []
+        answer = ["!"] * max(1, int(max_tokens if max_tokens is not None else 128))
     material = f"{prompt}|{seed}"
     think, answer = _vary(think, temperature, material + "|t"), _vary(answer, temperature, material + "|a")
     limit = max_tokens if max_tokens is not None else len(think) + len(answer)
@@ -315,7 +337,7 @@ def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reas
     }
 
 
-def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
+def spec_meta(args: dict, completion_tokens: int, seed_material: str, low_accept: bool = False) -> dict:
     """Speculative-decoding meta_info the way sglang 0.5.11 reports it (deterministic)."""
     algo = args.get("speculative_algorithm")
     draft = (args.get("speculative_num_draft_tokens") or args.get("speculative_dflash_block_size")
@@ -329,7 +351,7 @@ def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
     rng = random.Random(hashlib.sha256(seed_material.encode()).hexdigest())
     remaining, verify_ct, accepted, hist = completion_tokens, 0, 0, [0] * draft
     while remaining > 0:
-        drafts = min(rng.choice((1, 2, 2, 3, 3, 4, 5, 6)), draft - 1, remaining - 1)
+        drafts = min(rng.choice((0, 1, 1, 2) if low_accept else (1, 2, 2, 3, 3, 4, 5, 6)), draft - 1, remaining - 1)
         drafts = max(0, drafts)
         verify_ct += 1
         accepted += drafts
@@ -366,6 +388,20 @@ class State:
         self.last_accept_length = 0.0
         self.last_accept_rate = 0.0
         self.context_len = int(args.get("context_length") or 32768)
+        try:
+            speed = float(os.environ.get("DFLASH_STANDIN_TOKENS_PER_S") or DEFAULT_TOKENS_PER_S)
+        except ValueError:
+            speed = DEFAULT_TOKENS_PER_S
+        if fault == "slower":
+            try:
+                speed *= float(os.environ.get("DFLASH_STANDIN_SLOWER_FACTOR") or 0.6)
+            except ValueError:
+                speed *= 0.6
+        self.tokens_per_s = max(1.0, speed)
+
+    def decode_seconds(self, tokens: int) -> float:
+        """The simulated decode time of ``tokens`` tokens (slept before the reply is sent)."""
+        return round(max(0, tokens) / self.tokens_per_s, 6)
 
     def healthy(self) -> bool:
         if self.fault == "hang":
@@ -398,6 +434,7 @@ class State:
             "lab_standin": True,
             "lab_standin_fault": self.fault or None,
             "lab_standin_flags_file": self.flags_source or None,
+            "lab_standin_tokens_per_s": self.tokens_per_s,
             "max_total_num_tokens": 262144,
             "max_req_input_len": self.context_len - 1,
             "internal_states": [{
@@ -545,9 +582,10 @@ class Handler(BaseHTTPRequestHandler):
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         temperature = float(body.get("temperature") if body.get("temperature") is not None else 1.0)
         res = complete(prompt, max_tokens, temperature, body.get("seed"),
-                       reasoning=bool(st.args.get("reasoning_parser")))
+                       reasoning=bool(st.args.get("reasoning_parser")), fault=st.fault)
         if st.fault == "wrong":
             res.update(content="", reasoning=None)
+        time.sleep(st.decode_seconds(res["completion_tokens"]))
         prompt_tokens = len(tokens_of(prompt)) + 8 * len(messages)
         rid = st.next_id(prompt)
         st.account(prompt_tokens, res["completion_tokens"], {})
@@ -618,7 +656,8 @@ class Handler(BaseHTTPRequestHandler):
         prompt = text if text is not None else " ".join(str(i) for i in ids)
         temperature = float(sp.get("temperature") if sp.get("temperature") is not None else 1.0)
         max_new = sp.get("max_new_tokens", 128)
-        res = complete(prompt, max_new, temperature, sp.get("seed", body.get("rid")), reasoning=False)
+        res = complete(prompt, max_new, temperature, sp.get("seed", body.get("rid")), reasoning=False,
+                       fault=st.fault)
         if res["completion_tokens"] < (max_new or 0):
             # keep generating canned text until max_new_tokens, like a model without EOS would
             filler = tokens_of(" " + GENERIC_ANSWER) * (1 + int(max_new) // 20)
@@ -635,10 +674,11 @@ class Handler(BaseHTTPRequestHandler):
         meta = {"id": rid, "finish_reason": finish, "prompt_tokens": prompt_tokens,
                 "weight_version": st.args.get("weight_version", "default"), "total_retractions": 0,
                 "reasoning_tokens": 0, "completion_tokens": completion, "cached_tokens": 0,
-                "e2e_latency": round(0.002 * completion, 6)}
+                "e2e_latency": st.decode_seconds(completion)}
+        time.sleep(meta["e2e_latency"])
         spec = {}
         if st.spec_enabled() and completion > 0:
-            spec = spec_meta(st.args, completion, f"{prompt}|{completion}")
+            spec = spec_meta(st.args, completion, f"{prompt}|{completion}", low_accept=st.fault == "low_accept")
             meta.update(spec)
         st.account(prompt_tokens, completion, spec)
         return {"text": "" if st.args.get("skip_tokenizer_init") else (res["content"] or ""),
@@ -710,9 +750,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{_usage()}\n{PROG}: error: {exc}\n")
         return 2
     fault = os.environ.get("DFLASH_STANDIN_FAULT", "").strip().lower()
-    if fault not in ("", "crash", "slow", "hang", "wrong"):
-        log(f"lab stand-in: unknown DFLASH_STANDIN_FAULT={fault!r} (expected crash, slow, hang or wrong)")
+    if fault not in FAULTS:
+        log(f"lab stand-in: unknown DFLASH_STANDIN_FAULT={fault!r} (expected {', '.join(FAULTS[1:])})")
         return 2
+    if fault:
+        log(f"lab stand-in: fault {fault!r}")
     shown = {k: args[k] for k in sorted(args) if args[k] is not None}
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ", lab_standin=True)")
     if fault == "crash":
