@@ -19,6 +19,10 @@ try:  # the unit of a process (cgroup, or runner-managed on hosts without system
     from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
 except ImportError:
     from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
+try:  # the instance's smoke_gates field (module_utils/dflash_gates_config.py)
+    from ansible.module_utils.dflash_gates_config import gate_errors
+except ImportError:
+    from dflash_gates_config import gate_errors
 
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
@@ -32,8 +36,9 @@ VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
-    "pin_flags", "disabled_rules", "model_source",
+    "pin_flags", "disabled_rules", "model_source", "reasoning_parser", "smoke_gates",
 }
+REASONING_PARSER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DDTREE_KEYS = {"budget", "topk", "mode"}
 DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
 # Flags the toolkit derives from instance fields: setting them through extra_args or pin_flags
@@ -45,7 +50,7 @@ MANAGED_FLAGS = {
     "--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "draft_model_path",
     "--speculative-draft-model": "draft_model_path",
     "--speculative-ddtree-budget": "ddtree.budget", "--speculative-ddtree-topk": "ddtree.topk",
-    "--speculative-ddtree-mode": "ddtree.mode",
+    "--speculative-ddtree-mode": "ddtree.mode", "--reasoning-parser": "reasoning_parser",
 }
 # Environment derived from fields; the user's env may not override them.
 MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "CUDA_DEVICE_ORDER": "gpus"}
@@ -375,6 +380,13 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         for rule in raw.get("disabled_rules") or []:
             if rule_names and rule not in rule_names:
                 add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
+
+        # reasoning models and the smoke gates
+        rp = raw.get("reasoning_parser")
+        if rp is not None and not (isinstance(rp, str) and REASONING_PARSER_RE.match(rp)):
+            add("reasoning_parser", f"must be a parser name of sglang's --reasoning-parser (e.g. qwen3), got {rp!r}")
+        for field, msg in gate_errors(raw.get("smoke_gates")):
+            add(field, msg)
 
         # GPUs: shared between instances, then present / healthy / free via the fingerprint
         if gpus_ok:
@@ -708,6 +720,9 @@ def build_args(inst, fallback_args, bind_host="0.0.0.0"):
         dd = inst["ddtree"]
         args += ["--speculative-ddtree-budget", str(dd["budget"]), "--speculative-ddtree-topk", str(dd["topk"]),
                  "--speculative-ddtree-mode", str(dd["mode"])]
+    if inst.get("reasoning_parser"):
+        # reasoning models (Qwen3.6 thinks first): the reply's thinking goes to reasoning_content
+        args += ["--reasoning-parser", str(inst["reasoning_parser"])]
     args += list(fallback_args)
     args += [str(a) for a in inst["extra_args"]]
     args += pin_args(inst["pin_flags"])
