@@ -23,6 +23,15 @@ options:
   timeout: {description: Seconds per component., type: int, default: 300}
   workers: {description: Components probed at once., type: int, default: 3}
   env: {description: Extra environment for the probed python., type: dict, default: {}}
+  gpus:
+    description:
+      - GPU indexes (nvidia-smi order) to open with the probed python's torch, each in its own process that
+        sees only that GPU (a small kernel runs there). A GPU that nvidia-smi lists but CUDA cannot use is a
+        problem naming its index and the CUDA error. Skipped when torch does not import.
+    type: list
+    elements: int
+    default: []
+  gpu_timeout: {description: Seconds per GPU., type: int, default: 120}
 author: dflash-deploy
 """
 
@@ -30,11 +39,20 @@ RETURN = r"""
 ansible_facts: {description: "dflash_probe: {component: {ok, ...facts} | {ok: false, error}}", returned: always,
                 type: dict}
 problems: {description: What the gate found (empty = pass)., returned: always, type: list}
+gpu_warnings: {description: GPUs CUDA opened but could not allocate on (memory in use)., returned: always, type: list}
 summary: {description: One line per component., returned: always, type: list}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_probe import COMPONENTS, gate, run_probe, summary
+from ansible.module_utils.dflash_probe import (
+    COMPONENTS,
+    gate,
+    gpu_gate,
+    gpu_summary,
+    run_gpu_probe,
+    run_probe,
+    summary,
+)
 
 
 def main():
@@ -48,6 +66,8 @@ def main():
             "timeout": {"type": "int", "default": 300},
             "workers": {"type": "int", "default": 3},
             "env": {"type": "dict", "default": {}},
+            "gpus": {"type": "list", "elements": "int", "default": []},
+            "gpu_timeout": {"type": "int", "default": 120},
         },
         supports_check_mode=True,
     )
@@ -57,8 +77,21 @@ def main():
         module.fail_json(msg=f"unknown probe components: {', '.join(unknown)} (known: {', '.join(COMPONENTS)})")
     probe = run_probe(p["python"], p["pythonpath"] or None, p["components"], p["timeout"], p["env"], p["workers"])
     problems = gate(probe, p["driver_cuda_version"], p["required"])
+    lines = summary(probe)
+    warnings = []
+    if p["gpus"]:
+        torch = probe.get("torch") or {}
+        if torch.get("ok"):
+            # every requested GPU opened by this layer's torch, before any service starts
+            probe["gpus"] = run_gpu_probe(p["python"], p["gpus"], p["pythonpath"] or None, p["gpu_timeout"], p["env"])
+            gproblems, warnings = gpu_gate(probe["gpus"])
+            problems += gproblems
+            lines += gpu_summary(probe["gpus"])
+        else:
+            lines.append(f"GPUs {', '.join(str(g) for g in p['gpus'])}: per-GPU CUDA probe skipped: torch does not "
+                         f"import in this layer ({torch.get('error') or 'not probed'})")
     module.exit_json(changed=False, ansible_facts={"dflash_probe": probe}, problems=problems,
-                     summary=summary(probe))
+                     summary=lines, gpu_warnings=warnings)
 
 
 if __name__ == "__main__":
