@@ -81,7 +81,10 @@ def main():
     warnings = []
     if p["gpus"]:
         torch = probe.get("torch") or {}
-        if torch.get("ok"):
+        if torch.get("ok") and not torch.get("cuda"):
+            lines.append(f"GPUs {', '.join(str(g) for g in p['gpus'])}: per-GPU CUDA probe skipped: torch "
+                         f"{torch.get('version')} is a CPU build (torch.version.cuda is None)")
+        elif torch.get("ok"):
             # every requested GPU opened by this layer's torch, before any service starts
             probe["gpus"] = run_gpu_probe(p["python"], p["gpus"], p["pythonpath"] or None, p["gpu_timeout"], p["env"])
             gproblems, warnings = gpu_gate(probe["gpus"])
