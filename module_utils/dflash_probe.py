@@ -130,9 +130,14 @@ def parse_component_output(rc, stdout, stderr, timed_out=False, timeout=None):
 
 
 def run_component(python, name, env, timeout):
+    return run_snippet(python, component_code(name), env, timeout)
+
+
+def run_snippet(python, code, env, timeout):
+    """Run one wrapped snippet in its own process of ``python``: its result, or what went wrong."""
     started = time.monotonic()
     try:
-        proc = subprocess.run([python, "-c", component_code(name)], env=env, capture_output=True,
+        proc = subprocess.run([python, "-c", code], env=env, capture_output=True,
                               text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
         out = parse_component_output(proc.returncode, proc.stdout, proc.stderr)
     except subprocess.TimeoutExpired as exc:
@@ -260,19 +265,8 @@ def gpu_code():
 def run_gpu(python, index, env, timeout):
     """Open GPU ``index`` (nvidia-smi order) in a process that sees only it."""
     genv = dict(env, CUDA_VISIBLE_DEVICES=str(index), CUDA_DEVICE_ORDER="PCI_BUS_ID")
-    started = time.monotonic()
-    try:
-        proc = subprocess.run([python, "-c", gpu_code()], env=genv, capture_output=True, text=True,
-                              timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-        out = parse_component_output(proc.returncode, proc.stdout, proc.stderr)
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
-        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
-        out = parse_component_output(None, stdout, stderr, timed_out=True, timeout=timeout)
-    except OSError as exc:
-        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    out = run_snippet(python, gpu_code(), genv, timeout)
     out["index"] = int(index)
-    out["seconds"] = round(time.monotonic() - started, 2)
     if not out.get("ok"):
         text = " ".join([str(out.get("error") or "")] + [str(t) for t in out.get("traceback") or []])
         out["cuda_error"] = next((name for needle, name in CUDA_ERRORS if needle.lower() in text.lower()), None)

@@ -7,51 +7,24 @@ threshold and both releases; a release within the threshold passes."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import dflash_smoke as s
 import pytest
 from dflash_gates_config import resolve
+from test_standin import Server
 
-ROOT = Path(__file__).resolve().parents[2]
-STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
 ARGS = ["--model-path", "/dev/shm/Qwen3.6-27B", "--host", "127.0.0.1", "--tp-size", "1",
         "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/dev/shm/draft"]
 OPTS = {"timeout": 10}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class StandIn(Server):
+    """The stand-in of test_standin.py with this file's flags: args ready for smoke_all."""
 
-
-class StandIn:
     def __init__(self, env=None):
-        self.port = free_port()
-        full = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_STANDIN")}
-        full.update(env or {}, DFLASH_STANDIN_FLAGS_FILE="/nonexistent/flags.txt")
+        super().__init__(ARGS, env)
         self.args = [*ARGS, "--port", str(self.port)]
-        self.proc = subprocess.Popen([sys.executable, str(STANDIN), *self.args], env=full,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        end = time.monotonic() + 10
-        while s.health_status(f"http://127.0.0.1:{self.port}/health", 0.2) != 200:
-            assert time.monotonic() < end and self.proc.poll() is None, "stand-in did not start"
-            time.sleep(0.05)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.wait_listening()
 
 
 @pytest.fixture
