@@ -10,21 +10,83 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
+import dflash_checks as _ck
+import dflash_diskspace as _dsk
 import dflash_instances as _di
+import dflash_inventory as _inv
+import dflash_secrets as _ds
+import dflash_server_flags as _sf
 from dflash_jinja import plain as _plain
 from dflash_runner import default_service_manager
 
 
+def _removed(instances, host_facts, remove_absent, remove):
+    """Instance names whose removal the user asked for (explicitly, or all absent ones)."""
+    names = {i.get("name") for i in instances or [] if isinstance(i, dict)}
+    current = set(((host_facts or {}).get("current") or {}).get("instances") or {})
+    return set(remove or []) | ((current - names) if _inv.as_bool(remove_absent) else set())
+
+
 def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, host_disabled_rules=(),
-                            protect_home=True, service_user="sglang"):
+                            protect_home=True, service_user="sglang", server_flags_file=None,
+                            sglang_version="0.5.11", prefix=None, remove_absent=False, remove=()):
     """All placement errors of one host (list of strings; empty = valid)."""
     rules = _plain(rules) or []
+    instances, host_facts = _plain(instances), _plain(host_facts)
+    known, _source = _sf.load_flags(str(server_flags_file)) if server_flags_file else (None, "")
+    remove = _plain(remove) if isinstance(_plain(remove), list) else []
     errors = _di.check_rules_table(rules)
     errors += _di.validate_instances(
-        str(host), _plain(instances), _plain(fingerprint), _plain(host_facts),
+        str(host), instances, _plain(fingerprint), host_facts,
         [r["name"] for r in rules], _plain(host_disabled_rules) or [], bool(protect_home),
-        gpu_checker=_di.default_gpu_checker(), service_user=str(service_user))
+        gpu_checker=_di.default_gpu_checker(), service_user=str(service_user), server_flags=known,
+        sglang_version=str(sglang_version), prefix=str(prefix) if prefix else None,
+        removed=_removed(instances if isinstance(instances, list) else [], host_facts, remove_absent, remove))
     return errors
+
+
+def dflash_inventory_errors(instances, host, hostvars):
+    """Errors of the host's inventory as a whole (instance list, removals, shared settings), from what the
+    user set (``hostvars[inventory_hostname]``: inventory, extra vars; not role defaults)."""
+    names = list(hostvars.keys()) if hasattr(hostvars, "keys") else []
+    settings = {k: _plain(hostvars[k]) for k in (*_inv.SHARED, "dflash_instances_bind_host") if k in names}
+    return _inv.inventory_errors(str(host), _plain(instances), settings, names)
+
+
+def dflash_disk_errors(disk_facts, host, need_free_mib=1024):
+    """A filesystem the deploy writes to (prefix, /var/cache, Ansible's temporary directory) that is full."""
+    try:
+        need = int(need_free_mib)
+    except (TypeError, ValueError):
+        return []  # dflash_inventory_errors names the bad value
+    return _dsk.space_errors(_plain(disk_facts) or [], str(host), need)
+
+
+def dflash_instances_warnings(instances, host, host_facts, bind_host="127.0.0.1", server_flags_file=None,
+                              remove_absent=False, remove=()):
+    """Things that do not stop the deploy but the user should read: a server bound wide without an API key,
+    flags that cannot be checked, instances kept because nobody asked to remove them."""
+    instances, host_facts = _plain(instances), _plain(host_facts) or {}
+    out = []
+    if not isinstance(instances, list):
+        return out
+    for inst in instances:
+        if isinstance(inst, dict) and isinstance(inst.get("name"), str):
+            w = _ck.bind_warning(inst["name"], inst.get("host") or bind_host, inst.get("port"),
+                                 bool(inst.get("api_key")))
+            if w:
+                out.append(f"{host}: {w}")
+    if server_flags_file:
+        known, why = _sf.load_flags(str(server_flags_file))
+        if known is None:
+            out.append(f"{host}: server flags in extra_args / pin_flags are not checked against sglang's parser: {why}")
+    names = {i.get("name") for i in instances if isinstance(i, dict)}
+    removed = _removed(instances, host_facts, remove_absent, _plain(remove) or [])
+    for other in sorted(set((host_facts.get("current") or {}).get("instances") or {}) - names - removed):
+        out.append(f"{host}: instance '{other}' is installed but no longer in dflash_instances: it keeps serving "
+                   "(carried into the new release unchanged); to remove it, add it to dflash_remove_instances or set "
+                   "dflash_remove_absent: true")
+    return out
 
 
 def dflash_instances_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled_rules=(),
@@ -39,18 +101,61 @@ def dflash_instances_report(flags):
     return _di.flags_report(_plain(flags))
 
 
-def dflash_instances_stale(unit_files, instances):
-    """Installed dflash-*.service files the inventory no longer wants."""
-    return _di.stale_units(_plain(unit_files), _plain(instances))
+def dflash_instances_unresolved(instances, host):
+    """Fields whose value cannot be resolved (an undefined variable: a vault not loaded, a typo in a
+    lookup), named by host, instance and field before anything else touches the instances. Ansible 2.19
+    resolves the values of a variable when they are read, so each one is read here on its own."""
+    if not isinstance(instances, (list, tuple)):
+        return []
+    errors = []
+    for idx, inst in enumerate(instances):
+        if not hasattr(inst, "keys"):
+            continue
+        try:
+            name = _plain(inst.get("name"))
+            label = f"instance '{name}'" if isinstance(name, str) and name else f"instance #{idx + 1}"
+        except Exception:  # noqa: BLE001 - the name itself unresolved: said below
+            label = f"instance #{idx + 1}"
+        for key in list(inst.keys()):
+            try:
+                _plain(inst[key])
+            except Exception as exc:  # noqa: BLE001 - Ansible's undefined markers raise their own types
+                why = str(getattr(exc, "message", "") or exc).splitlines()[0]
+                errors.append(f"{host}: {label}: field '{key}': cannot be resolved ({why}): define it, or give "
+                              "ansible-playbook the vault password when it comes from a vault (--ask-vault-pass, "
+                              "vault_password_file)")
+    return errors
+
+
+def dflash_instances_unit_files(instances, staged_dir, unit_dir):
+    """[{instance, src, dest}] of the rendered units the release stage's activation puts live."""
+    return _di.unit_files(_plain(instances), str(staged_dir), str(unit_dir))
+
+
+def dflash_instances_public(instances):
+    """The instances without their secrets (API keys dropped, credential env values masked): what
+    loops, module parameters and messages may carry."""
+    return _ds.public_instances(_plain(instances))
+
+
+def dflash_instances_secrets(instances):
+    """{instance: {VAR: value}}: API keys and credential env variables, for the env file only."""
+    return _ds.all_secrets(_plain(instances))
 
 
 class FilterModule:
     def filters(self):
         return {
             "dflash_instances_errors": dflash_instances_errors,
+            "dflash_inventory_errors": dflash_inventory_errors,
+            "dflash_disk_errors": dflash_disk_errors,
+            "dflash_instances_warnings": dflash_instances_warnings,
             "dflash_instances_flags": dflash_instances_flags,
             "dflash_instances_report": dflash_instances_report,
-            "dflash_instances_stale": dflash_instances_stale,
+            "dflash_instances_unit_files": dflash_instances_unit_files,
+            "dflash_instances_unresolved": dflash_instances_unresolved,
+            "dflash_instances_public": dflash_instances_public,
+            "dflash_instances_secrets": dflash_instances_secrets,
             # ansible_facts -> systemd | runner: dflash_service_manager's default (instances and release roles)
             "dflash_service_manager_default": default_service_manager,
         }

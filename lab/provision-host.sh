@@ -27,7 +27,7 @@ PY
 # Config-only models under /dev/shm, as on the seed machines; tmpfs, so refilled at boot.
 {
   echo "# dflash lab: models under /dev/shm as on the seed machines (written by provision-host.sh)"
-  for m in Qwen3.6-27B Qwen3.6-27B-DFlash; do
+  for m in Qwen3.6-27B Qwen3.6-27B-DFlash Qwen3-32B; do
     echo "C /dev/shm/$m - - - - $lab/models/$m"
   done
 } >/etc/tmpfiles.d/dflash-lab-models.conf

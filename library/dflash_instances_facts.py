@@ -22,6 +22,8 @@ options:
   unit_dir: {description: Where the units are., type: path, default: /etc/systemd/system}
   sgl_kernel_file: {description: "sgl_kernel's __init__.py as the probe imported it (dflash_probe.sgl_kernel.file):
                      whether FA3 (flash_ops*.so) ships beside it.", type: path}
+  prefix: {description: "The toolkit prefix: the instances of its current release (port, GPUs) and the free
+            space there, in /var/cache and in Ansible's remote temporary directory.", type: path}
 author: dflash-deploy
 """
 
@@ -40,11 +42,14 @@ def main():
             "layer_path": {"type": "path"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "sgl_kernel_file": {"type": "path"},
+            "prefix": {"type": "path"},
         },
         supports_check_mode=True,
     )
     p = module.params
-    facts = gather_host_facts(p["instances"], p["layer_path"], p["unit_dir"], sgl_kernel_file=p["sgl_kernel_file"])
+    space = [p["prefix"], "/var/cache", module.tmpdir] if p["prefix"] else []
+    facts = gather_host_facts(p["instances"], p["layer_path"], p["unit_dir"], sgl_kernel_file=p["sgl_kernel_file"],
+                              prefix=p["prefix"], space_paths=space)
     module.exit_json(changed=False, host_facts=facts)
 
 

@@ -37,6 +37,14 @@ options:
   prune_layers: {description: Also remove layers no kept release refers to., type: bool, default: true}
   rollback_to: {description: Release id for rollback_plan (default the previous healthy one)., type: str}
   host: {description: Host name used in messages., type: str, default: ''}
+  secrets:
+    description: "{instance: {VAR: value}}: API keys and credential variables, written to the instance's
+      env file (0600) only; never returned, never in the manifest (prepare)."
+    type: dict
+  remove_absent: {description: Remove every instance the inventory no longer lists (prepare)., type: bool,
+                  default: false}
+  remove: {description: Instances to remove (prepare)., type: list, elements: str, default: []}
+  unit_dir: {description: Where the instance units are installed (prepare)., type: path}
 author: dflash-deploy
 """
 
@@ -59,6 +67,7 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_diskspace import os_error_message
 from ansible.module_utils.dflash_release import (
     ReleaseError,
     activate,
@@ -99,6 +108,10 @@ def main():
             "prune_layers": {"type": "bool", "default": True},
             "rollback_to": {"type": "str"},
             "host": {"type": "str", "default": ""},
+            "secrets": {"type": "dict", "no_log": True},
+            "remove_absent": {"type": "bool", "default": False},
+            "remove": {"type": "list", "elements": "str", "default": []},
+            "unit_dir": {"type": "path"},
         },
         required_if=[("action", "activate", ["release_id"]), ("action", "mark", ["release_id", "status"])],
         supports_check_mode=True,
@@ -109,7 +122,8 @@ def main():
     try:
         if p["action"] == "prepare":
             res = prepare(prefix, p["layers"], p["tree"], p["flags"], p["fingerprint"], p["revision"], p["dirty"],
-                          host=p["host"] or "host", check_mode=check)
+                          host=p["host"] or "host", check_mode=check, secrets=p["secrets"],
+                          remove_absent=p["remove_absent"], remove=p["remove"], unit_dir=p["unit_dir"])
             module.exit_json(changed=res["created"] or bool(res["repaired"]), **res)
         if p["action"] == "activate":
             module.exit_json(**activate(prefix, p["release_id"], check_mode=check))
@@ -139,6 +153,8 @@ def main():
             module.exit_json(**res)
     except ReleaseError as exc:
         module.fail_json(msg=f"{where}{exc}")
+    except OSError as exc:
+        module.fail_json(msg=f"{where}{os_error_message(exc, prefix)}")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ from ansible.module_utils.dflash_smoke import (
     check_named,
     gate_argument_spec,
     gate_options,
+    instance_secret_values,
     smoke_all,
     smoke_argument_spec,
     smoke_options,
@@ -99,6 +100,7 @@ def main():
                          failed_instances=[], instances={})
     try:
         instances = target_instances(p)
+        module.no_log_values.update(instance_secret_values(instances))
         if module.check_mode:
             module.exit_json(changed=False, instances={}, failed_instances=[], msg="not run in check mode")
         check_named(instances)

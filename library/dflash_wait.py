@@ -136,6 +136,7 @@ from ansible.module_utils.dflash_runner import log_since_last_start
 from ansible.module_utils.dflash_runner import show as runner_show
 from ansible.module_utils.dflash_runner import start as runner_start
 from ansible.module_utils.dflash_runner import stop as runner_stop
+from ansible.module_utils.dflash_secrets import redact
 from ansible.module_utils.dflash_smoke import (
     SHOW_PROPERTIES,
     SmokeError,
@@ -145,6 +146,7 @@ from ansible.module_utils.dflash_smoke import (
     gate_argument_spec,
     gate_options,
     health_status,
+    instance_secret_values,
     journal_argv,
     merge_record,
     parse_show,
@@ -199,6 +201,10 @@ def main():
         gates, gate_context = gate_options(p, insts_full) if p["smoke"] else (None, {})
     except SmokeError as exc:
         module.fail_json(msg=f"{where}{exc}")
+    # API keys and env-file secrets: masked in everything this module returns (Ansible's no_log values)
+    # and in the records it writes (redact); a crashing sglang logs its ServerArgs, keys included
+    secrets = instance_secret_values(insts_full)
+    module.no_log_values.update(secrets)
     insts = [{
         "name": item["name"],
         "unit": item.get("unit") or unit_name(item["name"]),
@@ -278,7 +284,8 @@ def main():
             st["diagnosis"] = diag
             msgs.append(where + describe_failure(inst["name"], st, diag))
         if p["record_dir"]:
-            merge_record(p["record_dir"], inst["name"], "wait", dict(st, since=since, restart=restart_out))
+            merge_record(p["record_dir"], inst["name"], "wait",
+                         redact(dict(st, since=since, restart=restart_out), secrets))
     result = {
         # epoch seconds on the host: restart issued, polling started, verdict reached, module done
         "timings": {"restart_at": since, "wait_from": t_wait, "verdict_at": verdict_at, "done_at": time.time()},
@@ -302,7 +309,7 @@ def main():
     if p["mark"] and p["release_dir"]:
         # the release proved healthy: status.json (what dflash_release action=mark writes)
         rdir = os.path.realpath(p["release_dir"])
-        detail = {"instances": [i["name"] for i in insts], "smoke": result.get("smoke", {})}
+        detail = redact({"instances": [i["name"] for i in insts], "smoke": result.get("smoke", {})}, secrets)
         try:
             result["status"] = mark(os.path.dirname(os.path.dirname(rdir)), os.path.basename(rdir), "healthy",
                                     detail)["status"]

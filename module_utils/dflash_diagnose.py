@@ -43,6 +43,7 @@ CAUSES = (
     "nccl_init",
     "no_kernel_image",
     "driver_too_old",
+    "bad_server_args",
     *_startup.CAUSES,
     "unknown",
 )
@@ -385,6 +386,33 @@ RULES: list[Rule] = [
          "stop the process holding {port_ref} (`ss -ltnp` shows it) or pick another port "
          "(`--port`, or `--nccl-port` / `--dist-init-addr` for the distributed rendezvous)"),
 
+    # ---------------------------------------------------------------- bad_server_args
+    # the server's argument parser (argparse: "<prog>: error: ...") stops before anything loads
+    Rule("argparse_unrecognized", "bad_server_args", 90,
+         _rx(r"(?:^|[\w./-]+(?: serve)?: )error: unrecognized arguments: (?P<unrecognized>[^\n]+)"),
+         "the server's argument parser stopped at start-up: unrecognized arguments: {unrecognized}",
+         "remove or correct {unrecognized} in the instance's extra_args / pin_flags: it is not a flag of this "
+         "server version (a flag of another version or of another server, a typo, '_' for '-', one dash for two, "
+         "or a value after a flag that takes none). The pinned sglang's flags are in "
+         "files/patches/sglang/<version>/server-flags.txt, and deploy.yml checks extra_args against them "
+         "before anything changes"),
+    Rule("argparse_argument", "bad_server_args", 90,
+         _rx(r"(?:^|[\w./-]+(?: serve)?: )error: argument (?P<flag>-[\w-]+(?:/-[\w-]+)*): "
+             r"(?P<problem>invalid choice(?:: [^\n]+)?|expected (?:one|at least one|\d+) arguments?"
+             r"|invalid \w+ value: [^\n]+|ignored explicit argument [^\n]+|not allowed with argument [^\n]+)"),
+         "the server's argument parser rejected {flag}: {problem}",
+         "fix {flag} in the instance's extra_args / pin_flags (or the instance field it comes from): {problem}"),
+    Rule("argparse_ambiguous", "bad_server_args", 90,
+         _rx(r"(?:^|[\w./-]+(?: serve)?: )error: ambiguous option: (?P<flag>-[\w-]+) could match "
+             r"(?P<matches>[^\n]+)"),
+         "the server's argument parser found {flag} ambiguous (it abbreviates {matches})",
+         "write the whole flag instead of {flag} in the instance's extra_args / pin_flags"),
+    Rule("argparse_required", "bad_server_args", 90,
+         _rx(r"(?:^|[\w./-]+(?: serve)?: )error: the following arguments are required: (?P<required>[^\n]+)"),
+         "the server's argument parser misses required arguments: {required}",
+         "the toolkit passes --model-path from the field model_path: check that the instance's flags reach the "
+         "server (the unit's $DFLASH_ARGS, the env file of the current release)"),
+
     # ---------------------------------------------------------------- model_missing
     Rule("hf_repo_id", "model_missing", 62,
          _rx(r"Repo id must (?:be in the form|use alphanumeric)[^\n]*?: '(?P<model>[^']+)'"),
@@ -561,7 +589,9 @@ _RULE_KEYWORDS = (
     "display driver", "mismatch", "device function", "path_or_model_id", "unrecognized model", "has no attribute",
     "config format", "valid json", "budget", "minimum required version", "packagenotfound", "no cuda gpus",
     "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
-    "infer device type", "no platform detected", "peer access", *_startup.KEYWORDS,
+    "infer device type", "no platform detected", "peer access",
+    "error: unrecognized arguments", "error: argument ", "error: ambiguous option", "arguments are required",
+    *_startup.KEYWORDS,
 )
 
 

@@ -23,6 +23,16 @@ try:  # the instance's smoke_gates field (module_utils/dflash_gates_config.py)
     from ansible.module_utils.dflash_gates_config import gate_errors
 except ImportError:
     from dflash_gates_config import gate_errors
+try:  # the target's config.json: hybrid (linear-attention) targets
+    from ansible.module_utils.dflash_model import hybrid_instance_errors, radix_cache_disabled, target_facts
+except ImportError:
+    from dflash_model import hybrid_instance_errors, radix_cache_disabled, target_facts
+try:  # flags against the parser, env, secrets, bind address, resolved paths; free space
+    from ansible.module_utils import dflash_checks, dflash_diskspace, dflash_secrets
+except ImportError:
+    import dflash_checks
+    import dflash_diskspace
+    import dflash_secrets
 
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
@@ -31,12 +41,12 @@ DEFAULT_BLOCK_SIZE = 16
 PORT_MIN = 1024  # the unit runs as a non-root user without CAP_NET_BIND_SERVICE
 PORT_MAX = 65535
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,47}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
-    "pin_flags", "disabled_rules", "model_source", "reasoning_parser", "smoke_gates",
+    "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key", "reasoning_parser",
+    "smoke_gates",
 }
 REASONING_PARSER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DDTREE_KEYS = {"budget", "topk", "mode"}
@@ -124,10 +134,11 @@ def effective_instance(inst):
         dd.update({k: v for k, v in inst["ddtree"].items() if v is not None})
     out["ddtree"] = dd
     out["allow_busy_gpus"] = bool(inst.get("allow_busy_gpus", False))
+    # a value of the wrong shape is the validation's to report (in words): here it counts as empty
     for key in ("extra_args", "disabled_rules"):
-        out[key] = list(inst.get(key) or [])
+        out[key] = list(inst[key]) if isinstance(inst.get(key), list) else []
     for key in ("env", "pin_flags"):
-        out[key] = dict(inst.get(key) or {})
+        out[key] = dict(inst[key]) if isinstance(inst.get(key), dict) else {}
     return out
 
 
@@ -173,13 +184,16 @@ def is_ours(listener, service_user="sglang"):
 
 
 def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), host_disabled_rules=(),
-                       protect_home=True, gpu_checker=None, service_user="sglang"):
+                       protect_home=True, gpu_checker=None, service_user="sglang", server_flags=None,
+                       sglang_version="0.5.11", prefix=None, removed=()):
     """All placement errors for one host, each naming host, instance and field. [] = valid.
 
     host_facts: what library/dflash_instances_facts.py gathered on the host:
-      {listeners: [{port, addr, pid, comm, unit}], paths: {path: {exists, isdir, ...}},
-       drafts: {path: {block_size, block_size_source, error}}}
+      {listeners: [{port, addr, pid, comm, unit}], paths: {path: {exists, isdir, realpath, ...}},
+       drafts: {path: {block_size, block_size_source, error}}, current: {id, instances: {name: {port, gpus}}}}
     gpu_checker: check_requested_gpus(fingerprint, requests) from dflash_fingerprint.
+    server_flags: {flag: (dest, kind)} of the pinned sglang (dflash_server_flags), None = not checked.
+    removed: instances the user asked to remove (their ports and GPUs are free after the activation).
     """
     errors = []
     host_facts = host_facts or {}
@@ -220,6 +234,8 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         elif name.startswith("stage-"):
             add("name", f"'{name}' must not start with 'stage-' (dflash-stage-*.service are the "
                         "model staging units)")
+        elif name == "guard":
+            add("name", "'guard' is taken: dflash-guard.service is the toolkit's boot guard")
         elif name in names:
             add("name", f"duplicate name '{name}' (also instance #{names[name] + 1})")
         else:
@@ -285,12 +301,20 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             if not isinstance(path, str) or not path.startswith("/"):
                 add(field, f"must be an absolute path, got {path!r}")
                 continue
-            if any(c.isspace() for c in path):
-                add(field, f"{path!r} contains whitespace, which cannot be passed through $DFLASH_ARGS")
+            if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in path):
+                add(field, f"{path!r} contains whitespace or a control character, which cannot be passed "
+                           "through $DFLASH_ARGS")
                 continue
-            if protect_home and path.startswith(HOME_PREFIXES):
-                add(field, f"{path} is under /home, /root or /run/user, which the hardened unit cannot "
-                           "see (ProtectHome=yes); move it or set dflash_instances_protect_home: false")
+            problem = dflash_checks.resolved_path_problem(field, path, (paths.get(path) or {}).get("realpath"), protect_home,
+                                            HOME_PREFIXES, prefix,
+                                            staged=field == "model_path" and bool(raw.get("model_source")),
+                                            tmpfs_prefixes=TMPFS_PREFIXES)
+            if problem:
+                if problem.startswith("model_source: "):
+                    add("model_source", problem[len("model_source: "):])
+                else:
+                    add(field, problem)
+                continue
             if field == "model_path" and raw.get("model_source"):
                 continue  # staged by dflash-stage-<name>.service: may be absent now (e.g. after a reboot)
             pf = paths.get(path)
@@ -300,9 +324,6 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                 add(field, f"{path} does not exist on the host")
             elif not pf.get("isdir"):
                 add(field, f"{path} is not a directory")
-        if raw.get("model_source") and not str(model or "").startswith(TMPFS_PREFIXES):
-            add("model_source", f"is only used to stage a model onto tmpfs; model_path {model} is not under "
-                                f"{' or '.join(TMPFS_PREFIXES)}")
 
         # ddtree
         dd = inst["ddtree"]
@@ -330,6 +351,12 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             derr = (drafts.get(draft) or {}).get("error")
             if derr:
                 add("draft_model_path", f"cannot read the draft's config.json: {derr}")
+        # hybrid targets (the target's config.json, dflash_model.py): refuse only what cannot work
+        tfacts = _target_facts_of(inst, host_facts)
+        if tfacts.get("error"):
+            add("model_path", f"cannot read the target's config.json: {tfacts['error']}")
+        for field, msg in hybrid_instance_errors(inst, tfacts):
+            add(field, msg)
 
         # numbers
         mfs = raw.get("mem_fraction_static")
@@ -352,9 +379,6 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             elif str(arg) == "" or any(c.isspace() for c in str(arg)):
                 add(f"extra_args[{i}]", f"{str(arg)!r} is empty or contains whitespace: give each argument as "
                                         "its own list item (the unit passes them through $DFLASH_ARGS)")
-        for flag in split_flags([str(a) for a in extra]):
-            if flag in MANAGED_FLAGS:
-                add("extra_args", f"{flag} is set from the field '{MANAGED_FLAGS[flag]}'; set that field instead")
         pins = raw.get("pin_flags") or {}
         if not isinstance(pins, dict):
             add("pin_flags", f"must be a mapping {{flag: value}}, got {pins!r}")
@@ -362,22 +386,27 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         for flag, value in pins.items():
             if not isinstance(flag, str) or not flag.startswith("--") or any(c.isspace() for c in flag):
                 add("pin_flags", f"{flag!r} is not a flag (it must start with '--' and have no whitespace)")
-            elif flag in MANAGED_FLAGS:
-                add(f"pin_flags.{flag}", f"is set from the field '{MANAGED_FLAGS[flag]}'; set that field instead")
             elif value is not None and not isinstance(value, bool) and any(c.isspace() for c in str(value)):
                 add(f"pin_flags.{flag}", f"value {str(value)!r} contains whitespace")
+        dflash_checks.check_flags({"extra_args": [a for a in extra if isinstance(a, (str, int, float))],
+                     "pin_flags": {k: v for k, v in pins.items() if isinstance(k, str) and k.startswith("--")}},
+                    add, server_flags, sglang_version, MANAGED_FLAGS)
         env = raw.get("env") or {}
         if not isinstance(env, dict):
-            add("env", f"must be a mapping, got {env!r}")
+            add("env", f"must be a mapping of variable names to strings, got a {type(env).__name__}")
             env = {}
-        for key, value in env.items():
-            if not isinstance(key, str) or not ENV_NAME_RE.match(key):
-                add("env", f"{key!r} is not a valid environment variable name")
-            elif key in MANAGED_ENV:
-                add(f"env.{key}", f"is derived from the field '{MANAGED_ENV[key]}'; do not set it")
-            elif isinstance(value, (dict, list)) or "\n" in str(value):
-                add(f"env.{key}", "must be a single-line string")
-        for rule in raw.get("disabled_rules") or []:
+        dflash_checks.check_env(env, add, MANAGED_ENV)
+        dflash_checks.check_secrets(raw, add)
+        if raw.get("host") is not None and dflash_checks.host_error(raw.get("host")):
+            add("host", dflash_checks.host_error(raw.get("host")))
+        dflash_checks.current_conflicts(name, port if _is_int(port) else None, gpus if gpus_ok else [],
+                          inst["allow_busy_gpus"], host_facts.get("current"),
+                          {i.get("name") for i in instances if isinstance(i, dict)}, set(removed or ()), add)
+        disabled = raw.get("disabled_rules") or []
+        if not isinstance(disabled, list):
+            add("disabled_rules", f"must be a list of rule names, got {disabled!r}")
+            disabled = []
+        for rule in disabled:
             if rule_names and rule not in rule_names:
                 add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
 
@@ -404,6 +433,12 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                     add("gpus", msg.replace("allow_busy: true", "allow_busy_gpus: true"))
         errors.extend(e)
     return errors
+
+
+def _target_facts_of(inst, host_facts):
+    """The target's config facts gathered on the host (model_path, else the staged model_source)."""
+    targets = (host_facts or {}).get("targets") or {}
+    return targets.get(inst.get("model_path")) or targets.get(inst.get("model_source")) or {}
 
 
 def default_gpu_checker():
@@ -538,6 +573,10 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "instance.block_size_source": block_src if inst.get("algorithm") in ("DFLASH", "DDTREE") else None,
         "instance.ddtree_budget": budget if inst.get("algorithm") == "DDTREE" else None,
         "instance.ddtree_verify_tokens": budget + 1 if budget and inst.get("algorithm") == "DDTREE" else None,
+        "instance.radix_cache_disabled": radix_cache_disabled(inst),
+        "target.architecture": _target_facts_of(inst, hf).get("architecture"),
+        "target.hybrid": _target_facts_of(inst, hf).get("hybrid"),
+        "target.linear_attention": _target_facts_of(inst, hf).get("linear_attention"),
         "host.lab_standin": bool(lab_standin),
     }
 
@@ -704,10 +743,11 @@ def flags_to_args(flags):
 
 # --------------------------------------------------------------------------- flags fact
 
-def build_args(inst, fallback_args, bind_host="0.0.0.0"):
-    """Exactly what follows `-m sglang.launch_server`."""
+def build_args(inst, fallback_args, bind_host="127.0.0.1"):
+    """Exactly what follows `-m sglang.launch_server` (API keys never: the launcher adds them in-process)."""
     inst = effective_instance(inst)
-    args = ["--model-path", str(inst["model_path"]), "--host", str(bind_host), "--port", str(inst["port"]),
+    host = inst.get("host") or bind_host
+    args = ["--model-path", str(inst["model_path"]), "--host", str(host), "--port", str(inst["port"]),
             "--tp-size", str(inst["tp"])]
     if inst.get("mem_fraction_static") is not None:
         args += ["--mem-fraction-static", str(inst["mem_fraction_static"])]
@@ -740,12 +780,13 @@ def build_env(inst, host_facts, tree, rule_env):
         env["PYTHONPATH"] = str(tree["path"])
     env.update(rule_env or {})
     for k, v in inst["env"].items():
-        env[str(k)] = str(v)
+        if not dflash_secrets.is_secret_env(k):  # credentials go to the env file only (dflash_secrets), never into facts
+            env[str(k)] = str(v)
     return env
 
 
 def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
-                  bind_host="0.0.0.0"):
+                  bind_host="127.0.0.1"):
     """One instance's entry of the dflash_flags fact."""
     inst = effective_instance(inst)
     ctx = rule_context(inst, fingerprint, probe, host_facts, lab_standin)
@@ -768,11 +809,12 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
         "algorithm": inst["algorithm"],
         "model_source": inst.get("model_source"),
         "model_path": inst.get("model_path"),
+        "secrets": sorted(dflash_secrets.instance_secrets(inst)),
     }
 
 
 def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
-               bind_host="0.0.0.0"):
+               bind_host="127.0.0.1"):
     return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled,
                                           lab_standin, bind_host)
             for i in instances or []}
@@ -952,9 +994,27 @@ def sgl_kernel_facts(sgl_kernel_file):
     return {"dir": pkg, "fa3": bool(found), "fa3_files": found}
 
 
+def current_instances(prefix):
+    """{id, instances: {name: {port, gpus, unit}}} of the release <prefix>/current points at ({} if none)."""
+    if not prefix:
+        return {}
+    text = _read(os.path.join(prefix, "current", "manifest.json"))
+    try:
+        m = json.loads(text) if text else {}
+    except ValueError:
+        return {"error": f"{prefix}/current/manifest.json is not JSON"}
+    out = {}
+    for name, entry in (m.get("instances") or {}).items():
+        port = split_flags(entry.get("args") or []).get("--port")
+        gpus = str((entry.get("env") or {}).get("CUDA_VISIBLE_DEVICES") or "")
+        out[name] = {"port": int(port) if port and port.isdigit() else None, "unit": entry.get("unit"),
+                     "gpus": [int(g) for g in gpus.split(",") if g.strip().isdigit()]}
+    return {"id": m.get("id"), "instances": out}
+
+
 def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None,
-                      sgl_kernel_file=None):
-    paths, drafts = {}, {}
+                      sgl_kernel_file=None, prefix=None, space_paths=()):
+    paths, drafts, targets = {}, {}, {}
     tmpfs = tmpfs_mounts(_read(os.path.join(proc, "mounts"), ""))
     for inst in instances or []:
         if not isinstance(inst, dict):
@@ -972,39 +1032,33 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
             else:
                 size, source, error = draft_block_size(text)
                 drafts[d] = {"block_size": size, "block_size_source": source, "error": error}
+        for key in ("model_path", "model_source"):  # a staged model may not be in place yet
+            t = inst.get(key)
+            if isinstance(t, str) and t.startswith("/") and t not in targets:
+                text = _read(os.path.join(t, "config.json"))
+                if text is not None:
+                    targets[t] = target_facts(text)
     units = sorted(os.path.basename(p) for p in glob.glob(os.path.join(unit_dir, "dflash-*.service")))
     return {
         "listeners": read_listeners(proc),
         "paths": paths,
         "drafts": drafts,
+        "targets": targets,
         "units": units,
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
+        "current": current_instances(prefix),
+        "disk": [dflash_diskspace.free_space(p) for p in space_paths or ()],
     }
 
 
-def wanted_units(instances):
-    """Unit files the inventory wants: dflash-<name>.service (+ dflash-stage-<name>.service when staged)."""
+def unit_files(instances, staged_dir, unit_dir):
+    """[{instance, src, dest}]: the rendered unit files (in ``staged_dir``) the release stage's activation
+    puts live in ``unit_dir``; the staging unit first."""
     out = []
     for inst in instances or []:
-        out.append(f"dflash-{inst['name']}.service")
-        if inst.get("model_source"):
-            out.append(f"dflash-stage-{inst['name']}.service")
-    return out
-
-
-def stale_units(unit_files, instances):
-    """Installed dflash-*.service files the inventory no longer wants -> [{unit, instance, stage, removed}].
-
-    removed: the whole instance left the inventory (its cache directory goes too); otherwise only
-    its staging unit is no longer needed.
-    """
-    wanted = set(wanted_units(instances))
-    names = {str(i["name"]) for i in instances or []}
-    out = []
-    for f in sorted(unit_files or []):
-        m = re.match(r"^dflash-(stage-)?(.+)\.service$", f)
-        if m and f not in wanted:
-            out.append({"unit": f, "instance": m.group(2), "stage": bool(m.group(1)),
-                        "removed": m.group(2) not in names})
+        name = str(inst["name"])
+        units = ([f"dflash-stage-{name}.service"] if inst.get("model_source") else []) + [f"dflash-{name}.service"]
+        out += [{"instance": name, "src": os.path.join(staged_dir, u), "dest": os.path.join(unit_dir, u)}
+                for u in units]
     return out

@@ -22,12 +22,20 @@ Pure functions plus small filesystem helpers; no Ansible import (pytest imports 
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
+
+try:
+    from ansible.module_utils.dflash_activation import current_target as current_id
+    from ansible.module_utils.dflash_secrets import MASK, is_secret_env, load_salt, salted
+except ImportError:  # pytest / the controller: module_utils/ on sys.path
+    from dflash_activation import current_target as current_id
+    from dflash_secrets import MASK, is_secret_env, load_salt, salted
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
@@ -180,22 +188,32 @@ def instance_digest(venv_target: str | None, tree_target: str | None, env_text: 
     return sha256_hex(canonical_json({"venv": venv_target, "tree": tree_target, "env": env_text}))
 
 
-def build_content(layers, tree, flags, fingerprint, env_texts: dict) -> dict:
-    """What a release runs, without time or toolkit revision: the content hash covers this."""
+def build_content(layers, tree, flags, fingerprint, env_texts: dict, secret_names=None, carried=None) -> dict:
+    """What a release runs, without time or toolkit revision: the content hash covers this.
+
+    ``env_texts``: the env files as the digest sees them (secret values replaced by salted digests);
+    ``secret_names``: {instance: [variables kept in the env file only]}; ``carried``: {instance:
+    manifest entry} of instances kept from the current release (no longer in the inventory, removal
+    not asked for)."""
     layers = list(layers or [])
     venv = layers[-1].get("path") if layers else None
     tree_path = (tree or {}).get("path") or (tree or {}).get("site_packages")
     instances = {}
     for name in sorted(flags or {}):
         f = flags[name] or {}
+        env = {str(k): (MASK if is_secret_env(k) else v) for k, v in (f.get("env") or {}).items()}
         instances[name] = {
             "unit": f.get("unit") or f"dflash-{name}.service",
             "args": list(f.get("args") or []),
-            "env": dict(f.get("env") or {}),
+            "env": env,
             "applied": list(f.get("applied") or []),
             "skipped": list(f.get("skipped") or f.get("removed_cause") or []),
             "digest": instance_digest(venv, tree_path, env_texts[name]),
         }
+        if (secret_names or {}).get(name):
+            instances[name]["secrets"] = sorted(secret_names[name])
+    for name, entry in sorted((carried or {}).items()):
+        instances[name] = dict(entry, carried=True)
     return {
         "layers": [
             {k: layer.get(k) for k in ("name", "path", "hash", "parent", "python")} for layer in layers
@@ -399,13 +417,6 @@ def load_statuses(prefix: str, ids) -> dict:
     return out
 
 
-def current_id(prefix: str) -> str | None:
-    link = os.path.join(prefix, "current")
-    if not os.path.islink(link):
-        return None
-    return os.path.basename(os.path.normpath(os.readlink(link)))
-
-
 def write_file_atomic(path: str, text: str, mode: int = 0o644) -> bool:
     """Write when the content differs; returns True when it changed."""
     try:
@@ -501,26 +512,118 @@ def iso(now: _dt.datetime) -> str:
 # ----------------------------------------------------------------------------- operations
 
 
-def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None):
+def sweep_staging(prefix: str) -> list:
+    """Staging left by an interrupted run: releases/.tmp-* directories and .tmp-current-* links (one
+    deploy at a time per host: nothing else writes them)."""
+    gone = []
+    for path in sorted(glob.glob(os.path.join(releases_dir(prefix), ".tmp-*")) +
+                       glob.glob(os.path.join(prefix, ".tmp-current-*"))):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+        gone.append(path)
+    return gone
+
+
+def drop_world_write(prefix: str) -> list:
+    """Files and directories under the prefix that anyone may write (uv creates its lock files 0666): the
+    write bit for others goes. Symlinks are left alone. Returns the paths changed."""
+    fixed = []
+    for root, dirs, files in os.walk(prefix):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not os.path.islink(path) and st.st_mode & 0o002:
+                os.chmod(path, st.st_mode & 0o7775)
+                fixed.append(path)
+    return fixed
+
+
+UNIT_RE = re.compile(r"^dflash-(stage-)?(.+)\.service$")
+NOT_INSTANCE_UNITS = ("dflash-guard.service",)
+
+
+def absent_plan(cur_manifest, unit_files, flags, remove_absent=False, remove=()):
+    """Instances the host has (current release, installed units) that the inventory no longer lists.
+
+    They are kept (carried into the new release unchanged, still serving) unless removal is asked for:
+    ``remove_absent`` (all of them) or ``remove`` (by name). -> {carry: [names], remove: [{instance, unit,
+    stage_unit, cache}], unknown: [names in ``remove`` the host does not have], kept_units: [installed
+    units of absent instances that no release describes, left alone]}"""
+    wanted = set(flags or {})
+    units = set(unit_files or []) - set(NOT_INSTANCE_UNITS)
+    installed = {m.group(2) for u in units if (m := UNIT_RE.match(u)) and not m.group(1)}
+    staged = {m.group(2) for u in units if (m := UNIT_RE.match(u)) and m.group(1)}
+    in_release = set((cur_manifest or {}).get("instances") or {})
+    absent = (installed | in_release) - wanted
+    asked = set(remove or ())
+    to_remove = absent if remove_absent else absent & asked
+    out = {"carry": sorted((in_release - wanted) - to_remove),
+           "remove": [{"instance": n, "unit": f"dflash-{n}.service", "stage_unit": n in staged, "cache": True}
+                      for n in sorted(to_remove)],
+           "unknown": sorted(asked - absent - wanted),
+           "kept_units": sorted(f"dflash-{n}.service" for n in (installed - wanted - in_release - to_remove))}
+    # a staging unit an instance that stays no longer needs (its model_source was dropped)
+    for n in sorted(staged & wanted):
+        if not ((flags or {}).get(n) or {}).get("model_source"):
+            out["remove"].append({"instance": n, "unit": f"dflash-stage-{n}.service", "stage_unit": False,
+                                  "cache": False})
+    return out
+
+
+def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None,
+            secrets=None, remove_absent=False, remove=(), unit_dir=None):
     """Find or create the release for these inputs.  Nothing is activated here.
 
+    ``secrets``: {instance: {VAR: value}} written to the env file only. Instances of the current
+    release that the inventory no longer has are carried over unchanged unless removal is asked for
+    (``remove_absent``, ``remove``; see absent_plan).
+
     Returns {id, path, created (bool: a new directory), previous (current id or None),
-    activate (bool: current does not point at it yet), changed_instances, manifest, repaired}."""
+    activate (bool: current does not point at it yet), changed_instances, manifest, repaired,
+    carried, remove, swept}."""
     flags = flags or {}
-    env_texts = {}
+    secrets = secrets or {}
+    swept = [] if check_mode else sweep_staging(prefix)
+    unwritable = [] if check_mode else drop_world_write(prefix)
+    salt = load_salt(prefix, create=not check_mode) if secrets else b""
+    env_texts, digest_texts = {}, {}
     for name in sorted(flags):
         if not INSTANCE_NAME_RE.match(name):
             raise ReleaseError(f"{host}: instance {name!r}: name must match {INSTANCE_NAME_RE.pattern}")
         f = flags[name] or {}
-        env_texts[name] = render_env_file(f.get("env") or {}, f.get("args") or [], f"{host}: instance {name}")
-    content = build_content(layers, tree, flags, fingerprint, env_texts)
-    chash = content_hash(content)
+        where = f"{host}: instance {name}"
+        sec = {str(k): str(v) for k, v in (secrets.get(name) or {}).items()}
+        env = dict(f.get("env") or {})
+        env_texts[name] = render_env_file({**env, **sec}, f.get("args") or [], where)
+        digest_texts[name] = render_env_file({**env, **{k: salted(v, salt) for k, v in sec.items()}},
+                                             f.get("args") or [], where)
     manifests, problems = load_releases(prefix)
     by_id = {m["id"]: m for m in manifests}
     cur = current_id(prefix)
     cur_manifest = by_id.get(cur)
+    unit_files = [os.path.basename(p) for p in glob.glob(os.path.join(unit_dir, "dflash-*.service"))] if unit_dir else []
+    absent = absent_plan(cur_manifest, unit_files, flags, remove_absent, remove)
+    carried = {}
+    for name in absent["carry"]:
+        try:
+            with open(os.path.join(releases_dir(prefix), cur, "instances", name + ".env"), encoding="utf-8") as fh:
+                env_texts[name] = fh.read()
+            carried[name] = cur_manifest["instances"][name]
+        except OSError as exc:
+            problems.append(f"instance {name} (not in the inventory, kept): its env file in {cur} is unreadable "
+                            f"({exc.__class__.__name__}); it is not carried into the new release")
+    content = build_content(layers, tree, flags, fingerprint, digest_texts,
+                            {n: list(secrets.get(n) or {}) for n in flags}, carried)
+    chash = content_hash(content)
     reuse = find_reusable(manifests, chash)
-    result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": []}
+    result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": [],
+              "carried": sorted(carried), "remove": absent["remove"], "remove_unknown": absent["unknown"],
+              "kept_units": absent["kept_units"], "swept": swept, "world_writable_fixed": len(unwritable)}
     if reuse:
         rid = reuse["id"]
         manifest = reuse

@@ -20,6 +20,7 @@ it against real local HTTP servers and recorded ``systemctl show`` output.  No A
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -40,6 +41,14 @@ except ImportError:  # pytest / scripts: module_utils/ on sys.path
     from dflash_gates import summary as gates_summary
     from dflash_gates_config import gate_errors, resolve
     from dflash_gates_perf import sample_body
+try:
+    from ansible.module_utils.dflash_runner import parse_env_file
+    from ansible.module_utils.dflash_secrets import SECRET_FIELDS, env_file_secrets, redact
+except ImportError:  # pytest: module_utils/ on sys.path
+    from dflash_runner import parse_env_file
+    from dflash_secrets import SECRET_FIELDS, env_file_secrets, redact
+
+API_KEY_VAR = SECRET_FIELDS["api_key"][0]
 
 FIBONACCI_PROMPT = "Write a Python function fibonacci(n) using iteration. Return only code."
 SHOW_PROPERTIES = (
@@ -119,12 +128,35 @@ def instances_from_manifest(manifest: dict, names=None) -> list:
 
 
 def load_manifest_instances(release_dir: str, names=None) -> list:
+    """The instances of a release; each with its API key (``api_key``, sent as Authorization: Bearer) and
+    every secret of its env file (``secrets``, masked in what the smoke test returns and records)."""
     try:
         with open(os.path.join(release_dir, "manifest.json"), encoding="utf-8") as fh:
             manifest = json.load(fh)
     except (OSError, ValueError) as exc:
         raise SmokeError(f"{release_dir}/manifest.json: {exc}") from None
-    return instances_from_manifest(manifest, names)
+    out = instances_from_manifest(manifest, names)
+    for item in out:
+        try:
+            with open(os.path.join(release_dir, "instances", item["name"] + ".env"), encoding="utf-8") as fh:
+                secrets = env_file_secrets(parse_env_file(fh.read()))
+        except OSError:
+            secrets = {}
+        if secrets.get(API_KEY_VAR):
+            item["api_key"] = secrets[API_KEY_VAR]
+        if secrets:
+            item["secrets"] = sorted(set(secrets.values()))
+    return out
+
+
+def instance_secret_values(instances) -> set:
+    """Every secret the instances of a call carry (their API keys and env-file secrets)."""
+    vals = set()
+    for item in instances or []:
+        vals |= set(item.get("secrets") or [])
+        if item.get("api_key"):
+            vals.add(str(item["api_key"]))
+    return vals
 
 
 # ----------------------------------------------------------------------------- module arguments
@@ -329,10 +361,11 @@ def journal_argv(unit: str, since_epoch: float, lines: int = 5000) -> list:
 # ----------------------------------------------------------------------------- HTTP
 
 
-def http_json(method, url, body=None, timeout=30.0):
+def http_json(method, url, body=None, timeout=30.0, headers=None):
     """(status, parsed JSON or text).  Network errors raise SmokeError."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers=dict({"Content-Type": "application/json"}, **(headers or {})))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             status, raw = resp.status, resp.read()
@@ -420,13 +453,16 @@ def check_spec_meta(status, body, elapsed) -> dict:
 
 def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_tokens=128, temperature=0.0,
                    timeout=120.0, spec_max_new_tokens=64, http=http_json, clock=time.monotonic, gates=None,
-                   context=None):
+                   context=None, api_key=None):
     """Generation + (for DFLASH/DDTREE) speculative proof, then the gates (``gates``: resolved
     settings of dflash_gates_config.resolve; None = no gates).  Returns the record; raises
     SmokeError (with the partial record) on the first failed step or on failed gates.
     ``context``: {name, release, previous, releases_root} for the performance baseline and the
-    failure message."""
-    rec = {"base_url": base_url}
+    failure message. With ``api_key`` every request (the gates' too) carries
+    ``Authorization: Bearer <key>`` (sglang answers 401 without it; /health needs none)."""
+    rec = {"base_url": base_url, "authenticated": bool(api_key)}
+    if api_key:
+        http = functools.partial(http, headers={"Authorization": f"Bearer {api_key}"})
     ctx = dict(context or {})
     results = []
     strict = not (gates and gates.get("output", True) and gates.get("degenerate", True))
@@ -542,14 +578,16 @@ def smoke_all(instances, opts, record_dir=None, where="", gates=None, context=No
         name = item["name"]
         args = [str(a) for a in item.get("args") or []]
         base = item.get("base_url") or endpoint(args, item.get("port"))
+        secrets = instance_secret_values([item])
         try:
-            rec = smoke_instance(base, args, algorithm=item.get("algorithm"), **opts,
+            rec = smoke_instance(base, args, algorithm=item.get("algorithm"), api_key=item.get("api_key"), **opts,
                                  gates=(gates or {}).get(name), context=dict(context or {}, name=name))
             rec["passed"] = True
         except SmokeError as exc:
             rec = dict(exc.record, passed=False)
             failed.append(name)
-            msgs.append(f"{where}instance {name}: smoke failed: {exc}")
+            msgs.append(redact(f"{where}instance {name}: smoke failed: {exc}", secrets))
+        rec = redact(rec, secrets)
         results[name] = rec
         if record_dir:
             merge_record(record_dir, name, "smoke", rec)

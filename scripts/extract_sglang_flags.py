@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""List every `launch_server` flag of the patched sglang tree, for the lab stand-in server.
+"""List every `launch_server` flag of the patched sglang tree: the deploy checks `extra_args` /
+`pin_flags` against it before anything changes, and the lab stand-in server accepts exactly these.
 
 Reads `sglang/srt/server_args.py` of the patched tree with `ast` (nothing is imported, so no torch
 is needed) and writes one `--flag` per line, followed by its argparse dest and its kind:
@@ -7,7 +8,7 @@ is needed) and writes one `--flag` per line, followed by its argparse dest and i
 also get their `--no-` form. The tree is, by default, the pinned wheel with the committed series
 applied in memory (module_utils/dflash_patch.py); `--tree DIR` reads a built tree instead.
 
-    scripts/extract_sglang_flags.py                      # writes files/lab/sglang-0.5.11-flags.txt
+    scripts/extract_sglang_flags.py                      # writes files/patches/sglang/0.5.11/server-flags.txt
     scripts/extract_sglang_flags.py --check              # exit 1 when the committed file is stale
     scripts/extract_sglang_flags.py --tree /opt/dflash/trees/sglang-0.5.11-<hash> --out -
 """
@@ -106,11 +107,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tree", help="a built tree (holds sglang/) instead of wheel + series")
     ap.add_argument("--wheel", help="the sglang wheel (default: the pinned one, downloaded once)")
     ap.add_argument("--patches-dir", help="default: files/patches/sglang/<version>")
-    ap.add_argument("--out", help="default: files/lab/sglang-<version>-flags.txt; '-' for stdout")
+    ap.add_argument("--out", help="default: files/patches/sglang/<version>/server-flags.txt; '-' for stdout")
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
     args = ap.parse_args(argv)
     patches_dir = args.patches_dir or str(REPO / "files" / "patches" / "sglang" / args.version)
-    out = args.out or str(REPO / "files" / "lab" / f"sglang-{args.version}-flags.txt")
+    out = args.out or str(Path(patches_dir) / "server-flags.txt")
     if args.tree:
         source = (Path(args.tree) / SERVER_ARGS).read_bytes()
         origin = f"the tree {Path(args.tree).name}"

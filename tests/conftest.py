@@ -12,3 +12,12 @@ MODULE_UTILS = str(REPO_ROOT / "module_utils")
 
 if MODULE_UTILS not in sys.path:
     sys.path.insert(0, MODULE_UTILS)
+
+# torch._dynamo registers graph substitutes for stdlib functions (sys.intern among them) when first
+# imported; ansible-core replaces sys.intern with a patch object at import, after which that
+# registration raises TypeError. Import dynamo first where torch is installed, so the DDTree tests
+# pass whatever order pytest collects them in.
+try:
+    import torch._dynamo  # noqa: F401
+except ImportError:
+    pass

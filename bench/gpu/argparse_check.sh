@@ -2,7 +2,7 @@
 # Are dflash_instances' rendered command lines accepted by sglang 0.5.11's own argument parser?
 #
 # On the GPU machine (one H200), one call, ~2-4 minutes, no server is started:
-#   1. the sglang 0.5.11 bundle (.gpu/site.tar.xz from /work/shared/gpu/build_bundle.sh) is unpacked,
+#   1. the sglang 0.5.11 bundle (.gpu/site.tar.xz: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`) is unpacked,
 #      the repository's patch series (files/patches/sglang/0.5.11) applied to a copy of its sglang
 #      with module_utils/dflash_patch.py, and that tree put first on PYTHONPATH;
 #   2. config-only model folders at the seeds' paths (/dev/shm/Qwen3.6-27B, -DFlash: a tiny Qwen3

@@ -1,21 +1,24 @@
-"""Driver for bench/gpu/ddtree_e2e.sh (run on the GPU machine; standard library + torch only).
+"""DDTree speed on the GPU machine (bench/gpu/ddtree_e2e.sh): DDTREE vs DFLASH, each side in one run.
 
-  prepare: copy the bundle's sglang, apply files/patches/sglang/0.5.11/series with
-           module_utils/dflash_patch.py, write config-only dummy models (scripts/gpu/make_models.py:
-           a Qwen3-0.6B-shaped target and a 5-layer DFlash draft with block_size 16, plus `draft32`:
-           the same draft, same layer ids, block_size 32).
-  run:     start every server on the one GPU (staggered until each has allocated its KV pool, so the
-           free-memory based sizing of the next one is not disturbed), then the phases below, writing
-           summary.json / summary.md after each phase so a cut-short run still reports.
-
-Servers (all --attention-backend triton, --load-format dummy, --skip-tokenizer-init):
-  ref     no speculation (reference ids)             dflash  DFLASH block 16, CUDA graphs
-  t15     DDTREE budget 15 top-k 8, CUDA graphs      t7      DDTREE budget 7, CUDA graphs
-  t31     DDTREE budget 31 on draft32 (block 32: budget + 1 must fit the draft's block), CUDA graphs
-  t15ng   DDTREE budget 15, --disable-cuda-graph     sl15    DDTREE shadow-linear, no CUDA graphs
-Every speculative server runs with SGLANG_DDTREE_ORACLE=<one shared file> (re-read when it changes;
-"ranks": [] means no steering) and SGLANG_DFLASH_STEP_TIMING=<its own file> (active only while
-<file>.on exists).
+  prepare: copy the site's sglang, apply files/patches/sglang/0.5.11/series with module_utils/dflash_patch.py,
+           write the model folders (scripts/gpu/make_models.py) and, for the lossless check
+           (bench/gpu/ddtree_lossless.sh), random weights (scripts/gpu/make_weights.py).
+  run:     the speed bench, on config-only models in bfloat16 (--load-format dummy: the numbers are
+           step costs, not answers; acceptance is set by the test-only oracle):
+           dense (Qwen3-0.6B shape) and hybrid (Qwen3.5 class, 24 layers: Gated DeltaNet + full
+           attention every 4th, --mamba-scheduler-strategy extra_buffer), per model the servers
+             dflash  DFLASH block 16        t15  DDTREE budget 15 top-k 8       t31  DDTREE budget 31 on a
+                                                                                     32-block draft
+           all with CUDA graphs, --attention-backend triton, started staggered on the one GPU. The
+           oracle's reference ids are DFLASH's own with the oracle off (losslessness is
+           bench/gpu/ddtree_lossless.sh's business; here "ids identical" guards the measurement).
+           Phases: (1) verify-step time at 16 tokens, no acceptance: target forward of the tree vs the
+           linear block, and each phase of the step (SGLANG_DFLASH_STEP_TIMING); (2) tok/s at matched
+           acceptance (oracle ranks all 0: every config accepts the same drafts per step), DFLASH vs
+           DDTREE b15 and b31, REPEATS rounds interleaved so the spread is visible; (3) the right token
+           on a non-first branch (ranks [0, 1, 0, ...]): DFLASH vs b15 and b31. Greedy ids are compared
+           with the reference in every measurement. summary.json / summary.md are written after each
+           phase, so a cut-short run still reports.
 """
 
 from __future__ import annotations
@@ -24,36 +27,30 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddtree_servers import (
+    Server,
+    read_text,
+    start_staggered,
+    stop_all,
+    wait_healthy,
+    write_json,
+    write_oracle,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = [
     [151643] + [(i * 7919 + 13) % 150000 for i in range(31)],
     [(i * 104729 + 5) % 150000 for i in range(100)],
     [1, 2, 3, 4, 5, 6, 7, 8] * 4,
-    [(i * 31337 + 7) % 150000 for i in range(57)],
 ]
-BATCH4 = [0, 1, 2, 3]
-# Oracle settings (ranks[d-1]: where the true token sits among depth d's top-k; deeper depths are the
-# dummy draft's own guesses, which never match). With the default profile (ddtree_utils):
-RANKS_BRANCH = [0, 1, 0, 0, 0, 0, 0, 0]  # depth 2 through the 2nd child: DFLASH 1, DDTREE b7/b15/b31 1/3/6
+RANKS_BRANCH = [0, 1, 0, 0, 0, 0, 0, 0]  # depth 2 through the 2nd child: DFLASH 1, DDTREE b15/b31 3/6 drafts per step
 RANKS_MATCH = [0, 0, 0, 0, 0, 0]  # every config accepts 6 drafts per step: matched acceptance
-
-
-def write_json(path, obj, indent=1):
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=indent)
-
-
-def read_text(path):
-    with open(path, errors="replace") as fh:
-        return fh.read()
+REPEATS = int(os.environ.get("DDTREE_REPEATS", "3"))
 
 
 # ------------------------------------------------------------------ prepare
@@ -103,178 +100,25 @@ def prepare(args):
     sys.path.insert(0, os.path.join(REPO, "scripts", "gpu"))
     import make_models
 
-    make_models.write_configs(os.path.join(args.work, "models"), draft_blocks=(16, 32))
+    families = tuple(f for f in args.families.split(",") if f)
+    paths = make_models.write_configs(os.path.join(args.work, "models"), draft_blocks=(16, 32), families=families)
+    print(f"[prepare] model folders: {sorted(paths)}", flush=True)
+    if args.weights:
+        # real random weights for the lossless check (scripts/gpu/make_weights.py), checked against
+        # transformers' own parameter list first
+        import make_weights
+
+        info["weights"] = {}
+        for name in args.weights.split(","):
+            check = make_weights.check_against_transformers(paths[name])
+            if check and (check["missing"] or check["extra"] or check["shape_mismatch"]):
+                raise SystemExit(f"[prepare] {name}: weight table differs from transformers: {check}")
+            info["weights"][name] = {"check": check, **make_weights.write_weights(paths[name], base_seed=0)}
+            print(f"[prepare] weights: {info['weights'][name]}", flush=True)
+        write_json(os.path.join(args.out, "tree.json"), info)
 
 
-# ------------------------------------------------------------------ servers
-
-
-class Server:
-    def __init__(self, name, port, extra, work, out, spec=True, level="full", budget=None, topk=8, draft="draft", block=16):  # fmt: skip
-        self.name, self.port, self.extra, self.spec, self.level = name, port, extra, spec, level
-        self.budget, self.topk, self.block = budget, topk, block
-        # tree depth: the worker's min(draft block - 1, budget)
-        self.depth_count = min(block - 1, budget) if budget else block - 1
-        self.base = f"http://127.0.0.1:{port}"
-        self.log_path = os.path.join(out, f"{name}.server.log")
-        self.timing_path = os.path.join(work, f"timing-{name}.jsonl")
-        self.proc = None
-        self.t0 = None
-        self.healthy_after = None
-        self.error = None
-        models = os.path.join(work, "models")
-        self.cmd = [
-            sys.executable, "-m", "sglang.launch_server", "--port", str(port),
-            "--model-path", os.path.join(models, "target"), "--load-format", "dummy",
-            "--skip-tokenizer-init", "--attention-backend", "triton", "--context-length", "4096",
-            "--mem-fraction-static", "0.1", "--max-total-tokens", "40000",
-            "--max-running-requests", "8", "--cuda-graph-max-bs", "4", "--log-level", "info",
-        ] + (["--speculative-draft-model-path", os.path.join(models, draft)] if spec else []) + extra  # fmt: skip
-
-    def start(self, oracle_path):
-        env = dict(os.environ)
-        if self.spec:
-            env["SGLANG_DDTREE_ORACLE"] = oracle_path
-            env["SGLANG_DFLASH_STEP_TIMING"] = self.timing_path
-        self.t0 = time.time()
-        with open(self.log_path, "w") as log:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)  # fmt: skip
-        print(f"[{self.name}] start: {' '.join(self.cmd[3:])}", flush=True)
-
-    def log_has(self, text):
-        try:
-            return text in read_text(self.log_path)
-        except OSError:
-            return False
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def check_health(self):
-        if self.healthy_after is not None:
-            return True
-        if self.proc is None:
-            return False  # not started yet
-        if not self.alive():
-            self.error = self.error or f"exited rc={self.proc.returncode if self.proc else None}"
-            return False
-        try:
-            ok = urllib.request.urlopen(self.base + "/health", timeout=3).status == 200
-        except (OSError, ValueError):
-            ok = False  # not listening yet
-        if ok:
-            self.healthy_after = round(time.time() - self.t0, 1)
-            print(f"[{self.name}] healthy after {self.healthy_after} s", flush=True)
-        return ok
-
-    def generate(self, ids, n_new, timeout=90):
-        body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n_new,
-                                                      "ignore_eos": True}}  # fmt: skip
-        req = urllib.request.Request(self.base + "/generate", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
-        t = time.time()
-        out = json.loads(urllib.request.urlopen(req, timeout=timeout).read())
-        return out, time.time() - t
-
-
-def stop_all(servers, grace_s=15):
-    """SIGTERM every server at once, SIGKILL what is still there after grace_s (bounded total time)."""
-    live = [s for s in servers if s.proc is not None and s.proc.poll() is None]
-    for s in live:
-        try:
-            os.killpg(s.proc.pid, signal.SIGTERM)
-        except OSError as e:
-            print(f"[{s.name}] term: {e}", flush=True)
-    end = time.time() + grace_s
-    while time.time() < end and any(s.proc.poll() is None for s in live):
-        time.sleep(0.5)
-    for s in live:
-        if s.proc.poll() is None:
-            try:
-                os.killpg(s.proc.pid, signal.SIGKILL)
-            except OSError as e:
-                print(f"[{s.name}] kill: {e}", flush=True)
-
-
-def write_oracle(path, reference, ranks, topk=None):
-    data = {"reference": reference, "ranks": ranks}
-    if topk is not None:
-        data["topk"] = topk
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
-    time.sleep(0.05)
-
-
-# ------------------------------------------------------------------ workloads
-
-
-def matrix(level):
-    """(kind, prompt indexes, new tokens): 3 prompts x 64/256 at batch 1, 4 prompts at batch 4."""
-    if level == "full":
-        return [("bs1", [k], n) for n in (64, 256) for k in (0, 1, 2)] + [
-            ("bs4", BATCH4, n) for n in (64, 256)
-        ]
-    if level == "light":
-        return [("bs1", [k], 64) for k in (0, 1, 2)] + [
-            ("bs1", [1], 256),
-            ("bs4", BATCH4, 64),
-            ("bs4", BATCH4, 256),
-        ]
-    return [("bs1", [0], 64), ("bs1", [1], 256), ("bs4", BATCH4, 64)]
-
-
-def run_case(srv, kind, idx, n_new):
-    """One request (batch 1) or one batched request of 4 prompts; returns per-prompt records."""
-    ids = [PROMPTS[k] for k in idx]
-    out, dt = srv.generate(ids[0] if kind == "bs1" else ids, n_new)
-    outs = [out] if kind == "bs1" else out
-    recs = []
-    for k, o in zip(idx, outs, strict=True):
-        mi = o.get("meta_info", {})
-        recs.append({"kind": kind, "prompt": k, "n": n_new, "latency_s": round(dt, 4),
-                     "output_ids": o.get("output_ids"), "verify_ct": mi.get("spec_verify_ct"),
-                     "accept_length": mi.get("spec_accept_length"),
-                     "accepted_drafts": mi.get("spec_accepted_drafts")})  # fmt: skip
-    return recs
-
-
-def compare(recs, ref):
-    bad = []
-    for r in recs:
-        want = ref.get((r["kind"], r["prompt"], r["n"]))
-        if want is None or r["output_ids"] != want:
-            first = None
-            if want is not None and r["output_ids"] is not None:
-                first = next((i for i, (a, b) in enumerate(zip(r["output_ids"], want)) if a != b), None)
-            bad.append({"kind": r["kind"], "prompt": r["prompt"], "n": r["n"], "first_diff": first})
-    return bad
-
-
-def step_timing(srv, since_line):
-    try:
-        lines = read_text(srv.timing_path).splitlines()[since_line:]
-    except OSError:
-        return {}
-    recs = [json.loads(x) for x in lines if x.strip()]
-    if not recs:
-        return {}
-    med = {k: round(statistics.median(r[k] for r in recs), 4)
-           for k in ("prepare_ms", "target_ms", "verify_ms", "draft_append_ms")}  # fmt: skip
-    med.update(steps=len(recs), width=recs[0]["width"], cuda_graph=all(r["cuda_graph"] for r in recs))
-    return med
-
-
-def timing_lines(srv):
-    try:
-        return len(read_text(srv.timing_path).splitlines())
-    except OSError:
-        return 0
-
-
-# ------------------------------------------------------------------ run
+# ------------------------------------------------------------------ run (speed)
 
 
 def load_ddtree_utils(tree):
@@ -298,196 +142,172 @@ def linear_expected(ranks):
     return n
 
 
+def bench_servers(model, port, work, out):
+    models = os.path.join(work, "models")
+    target, draft = ("target", "draft") if model == "dense" else ("hybrid", "hybrid-draft")
+    base = ["--model-path", os.path.join(models, target), "--load-format", "dummy", "--skip-tokenizer-init",
+            "--attention-backend", "triton", "--context-length", "4096", "--mem-fraction-static", "0.08",
+            "--max-total-tokens", "40000", "--max-running-requests", "8", "--cuda-graph-max-bs", "4",
+            "--log-level", "info", "--disable-piecewise-cuda-graph"]  # fmt: skip
+    spec = ["--mamba-scheduler-strategy", "extra_buffer"] if model == "hybrid" else []
+    oracle = os.path.join(work, f"oracle-{model}.json")
+
+    def env(name):
+        return {"SGLANG_DDTREE_ORACLE": oracle, "SGLANG_DFLASH_STEP_TIMING": os.path.join(work, f"timing-{name}.jsonl")}
+
+    d16 = ["--speculative-draft-model-path", os.path.join(models, draft)]
+    d32 = ["--speculative-draft-model-path", os.path.join(models, draft + "32")]
+    tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-topk", "8"]
+    return [
+        Server(f"{model}-t15", port + 20, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out, work,
+               env(f"{model}-t15"), budget=15),
+        Server(f"{model}-dflash", port + 40, [*base, *spec, *d16, "--speculative-algorithm", "DFLASH"], out, work,
+               env(f"{model}-dflash")),
+        Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,
+               env(f"{model}-t31"), budget=31, block=32),
+    ]  # fmt: skip
+
+
+def step_timing(srv, since_line):
+    try:
+        lines = read_text(srv.env["SGLANG_DFLASH_STEP_TIMING"]).splitlines()[since_line:]
+    except OSError:
+        return {}
+    recs = [json.loads(x) for x in lines if x.strip()]
+    if not recs:
+        return {}
+    keys = [k for k in recs[0] if k.endswith("_ms")]
+    med = {k: round(statistics.median(v), 4) for k in keys
+           if (v := [r[k] for r in recs if r.get(k) is not None])}  # fmt: skip
+    med.update(steps=len(recs), width=recs[0]["width"], cuda_graph=all(r["cuda_graph"] for r in recs))
+    return med
+
+
+def timing_lines(srv):
+    try:
+        return len(read_text(srv.env["SGLANG_DFLASH_STEP_TIMING"]).splitlines())
+    except OSError:
+        return 0
+
+
 def run(args):
     t_begin = time.time()
     deadline = t_begin + args.deadline_s
-    out = args.out
-    du = load_ddtree_utils(os.path.join(args.work, "tree"))  # the patched tree's own module (torch only)
-
-    oracle_path = os.path.join(args.work, "oracle.json")
-    write_oracle(oracle_path, [], [])
-    S = Server
-    # start order: the reference first (phase 1 runs while the others start), then the servers
-    # with CUDA graphs (their capture is the long pole), then the quick ones without
-    servers = [
-        S("ref", 31000, ["--disable-cuda-graph"], args.work, out, spec=False),
-        S("dflash", 31010, ["--speculative-algorithm", "DFLASH"], args.work, out),
-        S("t15", 31020, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
-                         "--speculative-ddtree-topk", "8"], args.work, out, budget=15),
-        S("t7", 31030, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "7"],
-          args.work, out, level="light", budget=7),
-        S("t31", 31040, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "31"],
-          args.work, out, level="light", budget=31, draft="draft32", block=32),
-        S("t15ng", 31050, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
-                           "--disable-cuda-graph"], args.work, out, level="min", budget=15),
-        S("sl15", 31060, ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15",
-                          "--speculative-ddtree-mode", "shadow-linear", "--disable-cuda-graph"],
-          args.work, out, level="min", budget=15),
-    ]  # fmt: skip
-    # DDTREE_SERVERS=ref,t15ng,sl15 runs a subset (a short device call: correctness and the oracle
-    # before the timing grid); DDTREE_QUICK=1 shortens the start-up allowances to fit it
-    only = [n for n in os.environ.get("DDTREE_SERVERS", "").split(",") if n]
-    if only:
-        servers = [s for s in servers if s.name in only or s.name == "ref"]
-    quick = os.environ.get("DDTREE_QUICK") == "1"
-    w_stagger, w_ref, w_all = (200, 170, 100) if quick else (330, 300, 200)
-    by = {s.name: s for s in servers}
-    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "phases": {},
-               "servers": {}, "oracle_profile": du.DEFAULT_ORACLE_PROFILE[:8]}  # fmt: skip
+    out, work = args.out, args.work
+    du = load_ddtree_utils(os.path.join(work, "tree"))  # the patched tree's own module (torch only)
+    models = [m for m in args.models.split(",") if m]
+    # ports 20 apart: sglang opens more sockets above --port (H200 run 2: EADDRINUSE at a neighbour's port)
+    per = {m: bench_servers(m, 35000 + 200 * i, work, out) for i, m in enumerate(models)}
+    servers = [s for m in models for s in per[m]]
+    order = [per[m][k] for k in range(3) for m in models]
+    for m in models:
+        write_oracle(os.path.join(work, f"oracle-{m}.json"), [], [])
+    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "repeats": REPEATS,
+               "servers": {}, "models": {m: {} for m in models}}  # fmt: skip
 
     def save():
         for s in servers:
-            summary["servers"][s.name] = {
-                "cmd": s.cmd[3:],
-                "healthy_after_s": s.healthy_after,
-                "error": s.error,
-            }
+            summary["servers"][s.name] = {"cmd": s.cmd[3:], "healthy_after_s": s.healthy_after, "error": s.error}
         summary["elapsed_s"] = round(time.time() - t_begin, 1)
         write_json(os.path.join(out, "summary.json"), summary)
         write_markdown(summary, os.path.join(out, "summary.md"))
 
+    def up(s):
+        return s.healthy_after is not None and s.alive()
+
     try:
-        # staggered start: next server once this one has sized and allocated its KV pool
-        for s in servers:
-            s.start(oracle_path)
+        start_staggered(order, deadline - 150, per_server_s=40)
+        wait_healthy(servers, deadline - 120)
+        save()
+        go = os.environ.get("DDTREE_BENCH_GO")  # bench/gpu/ddtree_all.sh: measure once the GPU is ours alone
+        if go:
             t = time.time()
-            while (
-                time.time() - t < 75
-                and time.time() < deadline - w_stagger
-                and s.alive()
-                and not s.log_has("Memory pool end")
-            ):
-                for o in servers:
-                    o.check_health()
-                time.sleep(0.5)
-            if not s.alive():
-                s.error = f"exited during start, see {os.path.basename(s.log_path)}"
-                print(f"[{s.name}] {s.error}", flush=True)
-        ref_srv = by["ref"]
-        while time.time() < deadline - w_ref and ref_srv.alive() and not ref_srv.check_health():
-            time.sleep(1)
-        if not ref_srv.check_health():
-            save()
-            raise SystemExit("reference server did not come up")
-
-        # phase 1: reference ids (the other servers finish starting meanwhile)
-        ref = {}
-        ref_srv.generate(PROMPTS[0], 8)
-        for kind, idx, n in matrix("full"):
-            for r in run_case(ref_srv, kind, idx, n):
-                ref[(r["kind"], r["prompt"], r["n"])] = r["output_ids"]
-        reference = []
-        for k in range(len(PROMPTS)):
-            ids = ref.get(("bs1", k, 256)) or ref.get(("bs4", k, 256))
-            reference.append({"input_ids": PROMPTS[k], "output_ids": ids})
-        summary["phases"]["reference"] = {"cases": len(ref)}
-        while time.time() < deadline - w_all and not all(s.healthy_after or not s.alive() for s in servers):
-            for s in servers:
-                s.check_health()
-            time.sleep(1)
-        for s in servers:
-            if not s.check_health() and s.error is None:
-                s.error = "not healthy in time"
-        save()
-        spec_up = [s for s in servers if s.spec and s.healthy_after is not None]
-
-        # phases 2 and 3: correctness, all speculative servers in parallel
-        def correctness(srv, label):
-            recs = []
-            try:
-                srv.generate(PROMPTS[0], 8)
-                for kind, idx, n in matrix(srv.level):
-                    recs += run_case(srv, kind, idx, n)
-            except (OSError, ValueError) as e:  # a crash is a result too
-                return {"error": f"{type(e).__name__}: {e}", "alive": srv.alive()}
-            acc = [r["accept_length"] for r in recs if r["accept_length"] is not None]
-            res = {"cases": len(recs), "mismatches": compare(recs, ref),
-                   "accept_length_mean": round(statistics.mean(acc), 3) if acc else None,
-                   "accept_length_min": min(acc) if acc else None,
-                   "per_case": [{k: v for k, v in r.items() if k != "output_ids"} for r in recs]}  # fmt: skip
-            if label == "oracle_branch":
-                res["expected_accept_drafts"] = (
-                    du.expected_accept_len(RANKS_BRANCH, du.DEFAULT_ORACLE_PROFILE, srv.budget,
-                                           1 if srv.name == "sl15" else srv.topk, srv.depth_count)
-                    if srv.budget else linear_expected(RANKS_BRANCH))  # fmt: skip
-            return res
-
-        for label, ranks in (("plain", []), ("oracle_branch", RANKS_BRANCH)):
-            if time.time() > deadline - 120:
-                summary["phases"][label] = {"skipped": "deadline"}
-                break
-            write_oracle(oracle_path, reference, ranks)
-            with ThreadPoolExecutor(len(spec_up) or 1) as pool:
-                results = dict(zip([s.name for s in spec_up],
-                                   pool.map(lambda s, lb=label: correctness(s, lb), spec_up), strict=True))  # fmt: skip
-            summary["phases"][label] = {"ranks": ranks, "servers": results}
-            save()
-
-        # phase 4: verify-step time, one server at a time, no acceptance (ranks [])
-        write_oracle(oracle_path, reference, [])
-        timing = {}
-        for name in ("dflash", "t15", "t7", "t31"):
-            srv = by.get(name)
-            if srv is None or srv not in spec_up or not srv.alive() or time.time() > deadline - 60:
+            while not os.path.exists(go) and time.time() < deadline - 90:
+                time.sleep(1)
+            summary["waited_for_go_s"] = round(time.time() - t, 1)
+            summary["go_seen"] = os.path.exists(go)
+        for m in models:
+            t15, dflash, t31 = per[m]
+            if not up(dflash):
+                summary["models"][m]["error"] = "DFLASH server not up"
                 continue
-            mark = timing_lines(srv)
-            open(srv.timing_path + ".on", "w").close()
-            try:
-                for k in (0, 1):
-                    srv.generate(PROMPTS[k], 128)
-            finally:
-                os.unlink(srv.timing_path + ".on")
-            timing[name] = step_timing(srv, mark)
-        if "dflash" in timing and "t15" in timing and timing["dflash"].get("target_ms"):
-            timing["tree_over_linear_target_ms_at_16"] = round(
-                timing["t15"]["target_ms"] / timing["dflash"]["target_ms"], 3)  # fmt: skip
-        summary["phases"]["verify_step_timing"] = timing
-        save()
+            oracle = os.path.join(work, f"oracle-{m}.json")
+            write_oracle(oracle, [], [])
+            ref_ids = {k: dflash.generate(PROMPTS[k], 256)[0]["output_ids"] for k in range(len(PROMPTS))}
+            reference = [{"input_ids": PROMPTS[k], "output_ids": ref_ids[k]} for k in ref_ids]
+            res = summary["models"][m]
 
-        # phase 5: tok/s with the oracle at matched acceptance, budget x top-k
-        grid = []
-
-        def measure(srv, ranks, topk):
-            write_oracle(oracle_path, reference, ranks, topk)
-            srv.generate(PROMPTS[2], 16)
-            tokens, secs, acc, bad = 0, 0.0, [], []
-            for k in (0, 1, 2):
-                recs = run_case(srv, "bs1", [k], 256)
-                tokens += len(recs[0]["output_ids"] or [])
-                secs += recs[0]["latency_s"]
-                acc.append(recs[0]["accept_length"])
-                bad += compare(recs, ref)
-            return {"server": srv.name, "budget": srv.budget, "topk": topk, "ranks": ranks,
-                    "tok_s": round(tokens / secs, 1) if secs else None,
-                    "accept_length": round(statistics.mean(a for a in acc if a is not None), 3)
-                    if any(a is not None for a in acc) else None,
-                    "identical": not bad,
-                    "expected_accept_drafts": du.expected_accept_len(
-                        ranks, du.DEFAULT_ORACLE_PROFILE, srv.budget, topk, srv.depth_count) if srv.budget
-                    else linear_expected(ranks)}  # fmt: skip
-
-        plan = [(by.get("dflash"), RANKS_MATCH, None)]
-        for name in ("t7", "t15", "t31"):
-            for k in (1, 4, 8):
-                plan.append((by.get(name), RANKS_MATCH, k))
-        plan += [(by.get("dflash"), RANKS_BRANCH, None)] + [
-            (by.get(n), RANKS_BRANCH, 8) for n in ("t7", "t15", "t31")
-        ]
-        plan = [x for x in plan if x[0] is not None]
-        broken = set()
-        for srv, ranks, k in plan:
-            if srv not in spec_up or srv.name in broken or not srv.alive() or time.time() > deadline - 20:
-                continue
-            try:
-                grid.append(measure(srv, ranks, k))
-            except (OSError, ValueError) as e:
-                broken.add(srv.name)  # a hung or dead server: do not wait on it again
-                grid.append(
-                    {"server": srv.name, "topk": k, "ranks": ranks, "error": f"{type(e).__name__}: {e}"}
-                )
-            summary["phases"]["tok_s_grid"] = grid
+            # (1) verify-step time at 16 tokens, no acceptance
+            write_oracle(oracle, reference, [])
+            timing = {}
+            for srv in (dflash, t15, t31):
+                if not up(srv) or time.time() > deadline - 60:
+                    continue
+                srv.generate(PROMPTS[2], 16)
+                mark = timing_lines(srv)
+                flag = srv.env["SGLANG_DFLASH_STEP_TIMING"] + ".on"
+                open(flag, "w").close()
+                try:
+                    for k in (0, 1):
+                        srv.generate(PROMPTS[k], 128)
+                finally:
+                    os.unlink(flag)
+                timing[srv.name] = step_timing(srv, mark)
+            d, t = timing.get(dflash.name) or {}, timing.get(t15.name) or {}
+            if d.get("target_ms") and t.get("target_ms"):
+                timing["tree_over_linear_target_ms_at_16"] = round(t["target_ms"] / d["target_ms"], 3)
+            res["verify_step_timing"] = timing
             save()
-        write_oracle(oracle_path, reference, [])
+
+            # (2) matched acceptance, (3) non-first branch: rounds interleaved, both sides in one run
+            def measure(srv, ranks, topk, oracle=oracle, reference=reference, ref_ids=ref_ids):
+                write_oracle(oracle, reference, ranks, topk)
+                srv.generate(PROMPTS[2], 16)
+                tokens, secs, acc, same = 0, 0.0, [], True
+                for k in range(len(PROMPTS)):
+                    o, dt = srv.generate(PROMPTS[k], 256)
+                    tokens += len(o.get("output_ids") or [])
+                    secs += dt
+                    acc.append((o.get("meta_info") or {}).get("spec_accept_length"))
+                    same &= o.get("output_ids") == ref_ids[k]
+                return {"tok_s": round(tokens / secs, 1) if secs else None,
+                        "accept_length": round(statistics.mean(a for a in acc if a), 3) if any(acc) else None,
+                        "identical": same}  # fmt: skip
+
+            for label, ranks, rounds in (("matched", RANKS_MATCH, REPEATS), ("branch", RANKS_BRANCH, max(1, REPEATS - 1))):
+                rows = {}
+                for r in range(rounds):
+                    for srv in (dflash, t15, t31):
+                        if not up(srv) or time.time() > deadline - 25:
+                            continue
+                        try:
+                            rows.setdefault(srv.name, []).append(measure(srv, ranks, None if srv is dflash else 8))
+                        except (OSError, ValueError) as e:
+                            rows.setdefault(srv.name, []).append({"error": f"{type(e).__name__}: {e}"})
+                table = {}
+                for name, runs in rows.items():
+                    srv = next(s for s in per[m] if s.name == name)
+                    vals = [x["tok_s"] for x in runs if x.get("tok_s")]
+                    table[name] = {"budget": srv.budget, "runs": runs, "tok_s_median": statistics.median(vals) if vals else None,
+                                   "tok_s_min": min(vals) if vals else None, "tok_s_max": max(vals) if vals else None,
+                                   "identical": all(x.get("identical") for x in runs),
+                                   "expected_accept_drafts": du.expected_accept_len(ranks, du.DEFAULT_ORACLE_PROFILE,
+                                                                                    srv.budget, 8, srv.depth_count)
+                                   if srv.budget else linear_expected(ranks)}  # fmt: skip
+                # per round (both sides measured back to back): the ratio to DFLASH, and its spread
+                dv = [x.get("tok_s") for x in rows.get(dflash.name, [])]
+                for name, row in table.items():
+                    if name == dflash.name:
+                        continue
+                    ratios = [round(t["tok_s"] / d, 3) for t, d in zip(rows[name], dv, strict=False)
+                              if t.get("tok_s") and d]  # fmt: skip
+                    if ratios:
+                        row["over_dflash_per_round"] = ratios
+                        row["over_dflash"] = round(statistics.median(ratios), 3)
+                        row["over_dflash_range"] = [min(ratios), max(ratios)]
+                res[label] = {"ranks": ranks, "table": table}
+                save()
+            write_oracle(oracle, [], [])
     finally:
         stop_all(servers)
         save()
@@ -495,48 +315,40 @@ def run(args):
 
 
 def write_markdown(summary, path):
-    lines = [f"# DDTree end to end on the GPU machine ({summary['started']})", "",
-             f"elapsed {summary.get('elapsed_s')} s", "", "## Servers", "",
+    lines = [f"# DDTree speed on the GPU machine ({summary['started']})", "",
+             f"elapsed {summary.get('elapsed_s')} s, {summary['repeats']} rounds", "", "## Servers", "",
              "| server | healthy after (s) | error | args |", "|---|---|---|---|"]  # fmt: skip
     for name, s in summary["servers"].items():
         args = " ".join(a for a in s["cmd"] if not a.startswith("/"))
         lines.append(f"| {name} | {s['healthy_after_s']} | {s['error'] or ''} | `{args}` |")
-    for label in ("plain", "oracle_branch"):
-        ph = summary["phases"].get(label)
-        if not ph or "servers" not in ph:
-            continue
-        lines += ["", f"## Correctness: {label} (oracle ranks {ph['ranks']})", "",
-                  "| server | cases | mismatching cases | mean accept length | min | expected accepted drafts/step |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
-        for name, r in ph["servers"].items():
-            if "error" in r:
-                lines.append(f"| {name} | ERROR {r['error']} | | | | |")
+    for m, res in summary["models"].items():
+        lines += ["", f"## {m}"]
+        if res.get("error"):
+            lines.append(res["error"])
+        t = res.get("verify_step_timing")
+        if t:
+            phases = sorted({k for r in t.values() if isinstance(r, dict) for k in r if k.endswith("_ms")})
+            lines += ["", "Verify step, median ms per decode step (batch 1, no acceptance):", "",
+                      "| server | width | cuda graph | " + " | ".join(phases) + " |",
+                      "|---|---|---|" + "---|" * len(phases)]  # fmt: skip
+            for name, r in t.items():
+                if isinstance(r, dict) and r:
+                    lines.append(f"| {name} | {r['width']} | {r['cuda_graph']} | " + " | ".join(str(r.get(k, "")) for k in phases) + " |")
+            if "tree_over_linear_target_ms_at_16" in t:
+                lines.append(f"\ntree/linear target forward at 16 tokens: {t['tree_over_linear_target_ms_at_16']} (goal <= 1.10)")
+        for label, title in (("matched", "matched acceptance (oracle ranks all 0)"),
+                             ("branch", "the right token on a non-first branch (oracle ranks [0, 1, 0, ...])")):  # fmt: skip
+            ph = res.get(label)
+            if not ph:
                 continue
-            lines.append(f"| {name} | {r['cases']} | {len(r['mismatches'])} {r['mismatches'] or ''} | "
-                         f"{r['accept_length_mean']} | {r['accept_length_min']} | "
-                         f"{r.get('expected_accept_drafts', '')} |")  # fmt: skip
-    t = summary["phases"].get("verify_step_timing")
-    if t:
-        lines += ["", "## Verify step (median ms per decode step, batch 1, no acceptance)", "",
-                  "| server | verify width | cuda graph | target forward | draft+tree+mask | accept+commit | draft KV append |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
-        for name, r in t.items():
-            if isinstance(r, dict) and r:
-                lines.append(f"| {name} | {r['width']} | {r['cuda_graph']} | {r['target_ms']} | {r['prepare_ms']} | "
-                             f"{r['verify_ms']} | {r['draft_append_ms']} |")  # fmt: skip
-        if "tree_over_linear_target_ms_at_16" in t:
-            lines.append(
-                f"\ntree/linear target forward at 16 tokens: {t['tree_over_linear_target_ms_at_16']} (goal <= 1.15)"
-            )
-    g = summary["phases"].get("tok_s_grid")
-    if g:
-        lines += ["", "## tok/s with the oracle (batch 1, 3 prompts x 256 new tokens)", "",
-                  "| server | budget | top-k | oracle ranks | tok/s | accept length | expected accepted drafts | ids identical |",
-                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-        for r in g:
-            lines.append(f"| {r['server']} | {r.get('budget')} | {r.get('topk')} | {r.get('ranks')} | "
-                         f"{r.get('tok_s', r.get('error'))} | {r.get('accept_length')} | "
-                         f"{r.get('expected_accept_drafts')} | {r.get('identical')} |")  # fmt: skip
+            lines += ["", f"tok/s, {title}; batch 1, 3 prompts x 256 tokens per round:", "",
+                      "| server | budget | tok/s median [min, max] | x DFLASH [range] | accept length | expected drafts | ids identical |",
+                      "|---|---|---|---|---|---|---|"]  # fmt: skip
+            for name, r in ph["table"].items():
+                acc = [x.get("accept_length") for x in r["runs"] if x.get("accept_length")]
+                lines.append(f"| {name} | {r['budget']} | {r['tok_s_median']} [{r['tok_s_min']}, {r['tok_s_max']}] | "
+                             f"{r.get('over_dflash', '')} {r.get('over_dflash_range', '')} | {acc[0] if acc else ''} | "
+                             f"{r['expected_accept_drafts']} | {r['identical']} |")  # fmt: skip
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
 
@@ -549,10 +361,13 @@ def main():
     p.add_argument("--work", required=True)
     p.add_argument("--series", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--families", default="dense,hybrid", help="make_models families to write")
+    p.add_argument("--weights", default="", help="folders that get random weights, e.g. dense-rw,hybrid-rw")
     r = sub.add_parser("run")
     r.add_argument("--work", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--deadline-s", type=float, default=520)
+    r.add_argument("--models", default="dense,hybrid")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     prepare(args) if args.cmd == "prepare" else run(args)

@@ -1,55 +1,22 @@
 #!/bin/bash
-# DDTree end to end on the GPU machine (one H200), dummy weights, one call (< 9 min).
-#
-# What it proves (results in $OUT/ddtree/summary.md + summary.json, server logs beside them):
-#   1. greedy output ids of DDTREE == no speculation: 3 prompts x 64/256 new tokens, batch 1, and
-#      4 prompts together (batch 4) x 64/256; budgets 7/15 (16-block draft) and 31 (a second
-#      config-only draft with block_size 32: budget + 1 must fit the block), with and without CUDA graphs,
-#      and --speculative-ddtree-mode shadow-linear; DFLASH alongside.
-#   2. with the test-only oracle (SGLANG_DDTREE_ORACLE) steering the draft, including non-first
-#      branches: accept length > 1 and still identical ids.
-#   3. verify-step time (target forward) of the tree vs the linear DFlash block at 16 tokens.
-#   4. tok/s DDTREE vs DFLASH with the oracle at matched acceptance, budget 7/15/31 x top-k 1/4/8.
-#
-# Needs, in the repository root on the GPU machine: .gpu/site.tar.xz (the sglang 0.5.11 bundle from
-# /work/shared/gpu/build_bundle.sh; carry it), python3.12 with torch (the image's
-# /opt/torch/.venv). The patch series of files/patches/sglang/0.5.11 is applied to a copy of the
-# bundle's sglang with module_utils/dflash_patch.py and put first on PYTHONPATH.
-# Lead's command:  run(command="bash bench/gpu/ddtree_e2e.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+# DDTree speed on the GPU machine (one H200), one call (< 10 min): DDTREE (budget 15 and 31) vs DFLASH on a
+# dense and a hybrid (Qwen3.5 class) target, bfloat16 config-only models (--load-format dummy), acceptance
+# set by the test-only oracle; verify-step phases, matched-acceptance tok/s in repeated rounds, a non-first
+# branch (bench/gpu/ddtree_e2e.py says what is measured). The lossless check is bench/gpu/ddtree_lossless.sh.
+# Command (the lead's, or #13's):
+#   run(command="bash bench/gpu/ddtree_e2e.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+# .gpu/site.tar.xz: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`
+# Results: $OUT/ddtree/{summary.md,summary.json,tree.json,logs.tar.xz}.
+# CPU dry run (stand-in servers, ~30 s):
+#   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_e2e.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/ddtree-out}
-PY=${PY:-/opt/torch/.venv/bin/python}
-[ -x "$PY" ] || PY=$(command -v python3)
+T0=$(date +%s)
+TAG=e2e
+OUT=${OUT:-/tmp/ddtree-out}/ddtree
 WORK=${WORK:-/root/ddtree-e2e}
-SITE=${SITE:-/root/site}
-mkdir -p "$OUT/ddtree" "$WORK"
-exec > >(tee "$OUT/ddtree/run.log") 2>&1
-echo "[e2e] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1)"
-nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
-
-# A warm machine may still run the e2e deploy's instance (bench/gpu/e2e.sh, ~72 GiB): the servers here size
-# their KV pools from free memory, so stop every sglang left over first (KEEP_LEFTOVERS=1 skips this).
-if [ -z "${KEEP_LEFTOVERS:-}" ] && pgrep -f 'sglang.launch_server|sglang::' >/dev/null; then
-  echo "[e2e] stopping leftover sglang processes: $(pgrep -f 'sglang.launch_server|sglang::' | tr '\n' ' ')"
-  pkill -TERM -f 'sglang.launch_server|sglang::' || true
-  for _ in $(seq 30); do pgrep -f 'sglang.launch_server|sglang::' >/dev/null || break; sleep 1; done
-  pkill -KILL -f 'sglang.launch_server|sglang::' || true; sleep 2
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader || true
-fi
-if [ ! -d "$SITE/sglang" ]; then
-  [ -f .gpu/site.tar.xz ] || { echo "[e2e] missing .gpu/site.tar.xz (carry it)"; exit 2; }
-  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz
-fi
-"$PY" bench/gpu/ddtree_e2e.py prepare --site "$SITE" --work "$WORK" \
-  --series files/patches/sglang/0.5.11 --out "$OUT/ddtree"
-export PYTHONPATH="$WORK/tree:$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-if [ -n "${DRYRUN:-}" ]; then
-  # CPU dry run of the orchestration: the stand-in server of bench/gpu/ddtree_dryrun answers instead of
-  # sglang (same flags; it refuses budget + 1 above the draft's block like the patched server), e.g.
-  #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_e2e.sh
-  echo "[e2e] DRYRUN: stand-in servers (bench/gpu/ddtree_dryrun), not sglang"
-  export PYTHONPATH="$PWD/bench/gpu/ddtree_dryrun:$PYTHONPATH"
-fi
-"$PY" -m py_compile "$WORK"/tree/sglang/srt/speculative/ddtree_*.py "$WORK"/tree/sglang/srt/speculative/dflash_worker.py
-"$PY" bench/gpu/ddtree_e2e.py run --work "$WORK" --out "$OUT/ddtree" --deadline-s "${DEADLINE_S:-520}"
+FAMILIES=dense,hybrid
+WEIGHTS=""
+source bench/gpu/ddtree_setup.sh
+LEFT=$(( ${BUDGET_S:-575} - ($(date +%s) - T0) ))
+"$PY" bench/gpu/ddtree_e2e.py run --work "$WORK" --out "$OUT" --deadline-s "$(( LEFT - 20 ))" --models "${MODELS:-dense,hybrid}"

@@ -15,7 +15,7 @@
 # output: commit them under tests/fixtures/logs/<cause>/h200-<scenario>.log with the run's date.
 #
 # Lead's command:  run(command="bash bench/gpu/diagnose_real.sh", carry=[".gpu"], timeout_s=600)
-# Needs .gpu/site.tar.xz (the sglang 0.5.11 bundle from /work/shared/gpu/build_bundle.sh) and the
+# Needs .gpu/site.tar.xz (the sglang 0.5.11 bundle: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`) and the
 # image's /opt/torch/.venv python (torch 2.11.0+cu130).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

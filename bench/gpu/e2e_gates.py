@@ -68,6 +68,11 @@ def main():
         with open(extra, encoding="utf-8") as fh:
             print(fh.read())
         return 0
+    if not r1 or not (before.get("perf") or {}).get("tokens_per_s_median"):
+        # a cold machine (the deploy stage ran in a call whose machine went back): nothing to compare with
+        print("gates: no deployed release with a measured tok/s on this machine: run STAGES='deploy gates' "
+              "or the deploy stage first on the same warm machine")
+        return 2
     t0 = time.time()
     cmd = [sys.executable, "-m", "ansible.cli.playbook", "-i", "inventory/gpu", "deploy.yml", "-e", "@" + extra]
     with open(os.path.join(a.out, "gates-deploy.log"), "w", encoding="utf-8") as log:

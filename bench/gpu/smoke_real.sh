@@ -3,7 +3,7 @@
 # weights), one call (< 8 min): see bench/gpu/smoke_real.py. Results: $OUT/smoke/summary.json and
 # the server logs beside it.
 # Needs, in the repository root on the GPU machine: .gpu/site.tar.xz (the sglang 0.5.11 bundle of
-# /work/shared/gpu/build_bundle.sh; carry it) and python3.12 with torch (/opt/torch/.venv).
+# `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`; carry it) and python3.12 with torch (/opt/torch/.venv).
 # Lead's command:  run(command="bash bench/gpu/smoke_real.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -14,7 +14,7 @@
 #      yet" message once the values are valid; DFLASH still passes. On the whole series DDTREE is
 #      accepted (verify width budget + 1), budget + 1 above the draft's block is refused (16 and 31 on
 #      the 16-block draft, 8 on an explicit 8-token block) and budget 31 on a 32-block draft accepted.
-# Needs: the bundle .gpu/site.tar.xz (/work/shared/gpu/build_bundle.sh) and the wheel in .cache/wheels
+# Needs: the bundle .gpu/site.tar.xz (`python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`) and the wheel in .cache/wheels
 # (the unit tests download it: tests/sglang_wheel.py), both carried; /opt/torch/.venv (torch cu130).
 #
 # Lead's command:

@@ -1,4 +1,4 @@
-"""The DDTree patches (0101, 0102) after the series' registration patches, on the pinned wheel.
+"""The DDTree patches (0101, 0102, 0103) after the series' registration patches, on the pinned wheel.
 
 Checks what can be checked without a GPU build of sglang: the series applies (with
 module_utils/dflash_patch.py), every file the DDTree patches touch compiles, the worker hook
@@ -26,15 +26,18 @@ sys.path.insert(0, str(REPO / "module_utils"))
 SPEC = "sglang/srt/speculative"
 DDTREE_FILES = [
     f"{SPEC}/ddtree_utils.py",
+    f"{SPEC}/ddtree_device.py",
+    f"{SPEC}/ddtree_hybrid.py",
     f"{SPEC}/ddtree_worker.py",
     f"{SPEC}/dflash_worker.py",
     f"{SPEC}/spec_info.py",
     "sglang/srt/server_args.py",
     "sglang/srt/model_executor/cuda_graph_runner.py",
+    "sglang/srt/layers/attention/hybrid_linear_attn_backend.py",
 ]
 
 
-DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch")
+DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch")
 
 
 def ddtree_series(dp, patch_dir):
@@ -46,6 +49,20 @@ def ddtree_series(dp, patch_dir):
             content = (Path(patch_dir) / name).read_bytes()
             patches.append({"name": name, "content": content, "sha256": dp.sha256_bytes(content)})
     return patches
+
+
+def series_texts(rels):
+    """relpath -> text of each file after the committed series is applied to the pinned wheel (the
+    wheel's own text for a file the series does not touch)."""
+    dp = pytest.importorskip("dflash_patch")
+    sglang_wheel = pytest.importorskip("sglang_wheel")
+    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    try:
+        contents, _, _ = dp.apply_series(wheel.read, ddtree_series(dp, sglang_wheel.PATCH_DIR))
+        return {rel: (contents.get(rel) if contents.get(rel) is not None else wheel.read(rel)).decode("utf-8")
+                for rel in rels}  # fmt: skip
+    finally:
+        wheel.close()
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +87,7 @@ def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     names = patched.names
     assert names.index("0101-ddtree-utils.patch") > names.index("0002-ddtree-server-args.patch")
     assert names.index("0102-ddtree-worker.patch") > names.index("0101-ddtree-utils.patch")
+    assert names.index("0103-ddtree-hybrid.patch") > names.index("0102-ddtree-worker.patch")
     for rel in DDTREE_FILES:
         assert any(p.startswith("01") for p in patched.touched[rel]), rel
 
@@ -80,9 +98,11 @@ def test_patched_files_compile(patched, rel, tmp_path):
 
 
 def test_installed_ddtree_utils_is_the_tested_one(patched):
+    from test_ddtree_device import DEVICE_TARGET
     from test_ddtree_utils import PATCH, TARGET, new_file_from_patch
 
-    assert (patched.root / TARGET).read_text(encoding="utf-8") == new_file_from_patch(PATCH, TARGET)
+    for rel in (TARGET, DEVICE_TARGET):  # what test_ddtree_utils.py / test_ddtree_device.py test
+        assert (patched.root / rel).read_text(encoding="utf-8") == new_file_from_patch(PATCH, rel)
 
 
 def test_worker_hook_returns_the_ddtree_worker(patched, monkeypatch):

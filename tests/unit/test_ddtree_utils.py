@@ -37,16 +37,20 @@ def new_file_from_patch(patch: Path, relpath: str) -> str:
     raise AssertionError(f"{relpath} not created by {patch}")
 
 
-@pytest.fixture(scope="module")
-def dd(tmp_path_factory):
-    src = new_file_from_patch(PATCH, TARGET)
-    path = tmp_path_factory.mktemp("ddtree") / "ddtree_utils.py"
-    path.write_text(src, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("ddtree_utils_under_test", path)
+def load_from_patch(relpath: str, name: str, directory: Path):
+    """Import, as module ``name``, the file the patch creates at ``relpath`` (written into ``directory``)."""
+    path = Path(directory) / Path(relpath).name
+    path.write_text(new_file_from_patch(PATCH, relpath), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def dd(tmp_path_factory):
+    return load_from_patch(TARGET, "ddtree_utils_under_test", tmp_path_factory.mktemp("ddtree"))
 
 
 L = math.log

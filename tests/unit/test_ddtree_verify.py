@@ -4,8 +4,9 @@ The files under test come from the patch series (with the DDTree patches appende
 does not list them yet) applied to the pinned sglang 0.5.11 wheel with module_utils/dflash_patch.py:
 the unmodified
 `dflash_info.py` (DFlashVerifyInput.prepare_for_verify: KV slot allocation and the req->token
-table), `spec_info.py`, and the DDTree files `ddtree_utils.py` and `ddtree_worker.py`
-(DDTreeVerifyInput.verify). What needs a GPU build of sglang (triton kernels, the scheduler,
+table), `spec_info.py`, and the DDTree files `ddtree_utils.py`, `ddtree_device.py` and
+`ddtree_worker.py` (DDTreeVerifyInput.verify). Trees come from the device build (what the worker
+runs) and from the host reference behind the test switch (converted as the worker converts it). What needs a GPU build of sglang (triton kernels, the scheduler,
 the allocator) is replaced by small stand-ins with the same semantics, written here: a
 sequential KV allocator that records frees, `assign_req_to_token_pool_func` as the plain
 loop it is, and a toy greedy "target" that sees exactly what the tree attention mask lets
@@ -13,12 +14,14 @@ each verify slot see. Checked: committed tokens equal the target's own greedy co
 the req->token table holds the accepted path's KV slots in order, every other verify slot is
 freed, sequence lengths advance by the commit, and the captured hidden states handed to the
 draft are the accepted path's, in order; also when a request finishes in the middle of a path.
+And the verify reads the device once: one device->host copy (the packed walk result), as DFlash.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import sys
 import types
 from pathlib import Path
@@ -35,28 +38,12 @@ SPEC = "sglang/srt/speculative"
 
 
 @pytest.fixture(scope="module")
-def tree_files(tmp_path_factory):
+def tree_files():
     """relpath -> text of the series applied to the real wheel (downloaded once, cached)."""
-    dp = pytest.importorskip("dflash_patch")
-    sglang_wheel = pytest.importorskip("sglang_wheel")
-    wheel = dp.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
-    try:
-        from test_ddtree_patch import ddtree_series
+    from test_ddtree_patch import series_texts
 
-        contents, _, _ = dp.apply_series(wheel.read, ddtree_series(dp, sglang_wheel.PATCH_DIR))
-        want = [
-            f"{SPEC}/dflash_info.py",
-            f"{SPEC}/spec_info.py",
-            f"{SPEC}/ddtree_utils.py",
-            f"{SPEC}/ddtree_worker.py",
-        ]
-        out = {}
-        for rel in want:
-            data = contents.get(rel)
-            out[rel] = (data if data is not None else wheel.read(rel)).decode("utf-8")
-    finally:
-        wheel.close()
-    return out
+    names = ("dflash_info", "spec_info", "ddtree_utils", "ddtree_device", "ddtree_hybrid", "ddtree_worker")
+    return series_texts([f"{SPEC}/{n}.py" for n in names])
 
 
 class Allocator:
@@ -159,7 +146,7 @@ def sg(tree_files):
     sys.modules.update(stand_ins)
     mods = {}
     try:
-        for name in ("spec_info", "ddtree_utils", "dflash_info", "ddtree_worker"):
+        for name in ("spec_info", "ddtree_utils", "ddtree_device", "ddtree_hybrid", "dflash_info", "ddtree_worker"):
             rel = f"{SPEC}/{name}.py"
             mods[name] = _load(f"sglang.srt.speculative.{name}", tree_files[rel], rel)
         yield types.SimpleNamespace(**mods)
@@ -222,9 +209,9 @@ class Batch:
         return len(self.reqs)
 
 
-def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6):
+def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6, builder="device"):
     """Draft (oracle-steered) -> tree -> prepare_for_verify -> toy target -> verify."""
-    du = sg.ddtree_utils
+    du, dd = sg.ddtree_utils, sg.ddtree_device
     reqs = [Req(p, m) for p, m in zip(prompts, max_new, strict=True)]
     refs = []
     for req, prior in zip(reqs, prior_outputs, strict=True):
@@ -250,20 +237,24 @@ def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth
         n = len(r.output_ids)
         true.append([full[n + d] for d in range(depth)])
     lp, tk = du.apply_oracle_topk(lp, tk, true, ranks, du.DEFAULT_ORACLE_PROFILE, VOCAB)
-    roots = [r.output_ids[-1] for r in reqs]
-    tree = du.build_tree_batch(roots, lp, tk, budget, topk)
+    roots = torch.tensor([r.output_ids[-1] for r in reqs])
+    if builder == "device":  # what the worker runs
+        tree = dd.TreeBuilder(budget).build(lp, tk, roots, batch.seq_lens, topk)
+    else:  # the test switch SGLANG_DDTREE_TREE_BUILDER=cpu
+        ref = du.build_tree_batch(roots.tolist(), lp, tk, budget, topk)
+        tree = dd.device_tree_from_batch(ref, "cpu", batch.seq_lens)
     width = tree.width
+    stats = []
 
     vi = sg.ddtree_worker.DDTreeVerifyInput(
         draft_token=tree.tokens.reshape(-1),
-        positions=du.tree_positions(tree.depths, batch.seq_lens),
+        positions=tree.positions,
         draft_token_num=width,
         tree=tree,
+        stats=stats,
     )
     vi.prepare_for_verify(batch, 1, build_custom_mask=False)
-    vi.custom_mask = du.build_tree_attention_mask(
-        tree.parents, batch.seq_lens, batch.seq_lens_cpu.tolist(), ancestors=tree.ancestors
-    )
+    vi.custom_mask = dd.tree_mask_flat(tree.ancestors, batch.seq_lens, batch.seq_lens_cpu.tolist())
     assert batch.out_cache_loc.numel() == bs * width
     verify_locs = batch.out_cache_loc.clone()
 
@@ -284,11 +275,47 @@ def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth
             hidden[b * width + q] = torch.tensor([b, q, int(tree.tokens[b, q])], dtype=torch.float)
     out = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
     seq_before = batch.seq_lens.clone()
-    res = vi.verify(batch=batch, logits_output=out, page_size=1)
+    with HostReads() as reads:
+        res = vi.verify(batch=batch, logits_output=out, page_size=1)
+    assert reads.device_reads == ["cpu"], reads.device_reads  # one device->host copy per step
+    assert stats == [(int(tree.num_nodes.sum()), int(tree.max_depth.max()))]
     return types.SimpleNamespace(
         reqs=reqs, refs=refs, tree=tree, batch=batch, alloc=alloc, res=res, width=width,
-        verify_locs=verify_locs, seq_before=seq_before, prior=prior_outputs, out=out,
+        verify_locs=verify_locs, seq_before=seq_before, prior=prior_outputs, out=out, vi=vi,
     )  # fmt: skip
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Records the patched sglang code's reads of tensor values into Python.
+
+    On CPU every tensor is a host tensor, so it counts the calls that would read a GPU tensor:
+    .cpu()/.item()/.tolist()/bool()/int()/float()/numpy() made from the patched files (not from
+    this test's stand-ins); .tolist() of the tensor a .cpu() returned is the host reading its own
+    copy and is not counted."""
+
+    READS = frozenset({"cpu", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy"})
+
+    def __init__(self):
+        super().__init__()
+        self.device_reads = []
+        self._copies = set()
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in self.READS and args and isinstance(args[0], torch.Tensor) and _called_from_sglang():
+            if id(args[0]) not in self._copies:
+                self.device_reads.append(name)
+            if name == "cpu":
+                self._copies.add(id(out))
+        return out
+
+
+def _called_from_sglang():
+    frame = sys._getframe(2)
+    while frame is not None and f"{os.sep}torch{os.sep}" in frame.f_code.co_filename:
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith("sglang/")
 
 
 def check_step(s, expect_accepts):
@@ -311,6 +338,8 @@ def check_step(s, expect_accepts):
         assert [s.tree.depths[b, k].item() for k in slots] == list(range(commit))  # one slot per depth
         for a, c in itertools.pairwise(slots):
             assert int(s.tree.parents[b, c]) == a  # each kept slot is the previous one's child
+        # what a hybrid target's state commit reads (0103): the same path, slot by slot
+        assert s.vi.accepted_path_slots[b, :commit].tolist() == slots
         # the hidden states handed to the draft: those slots, in order
         rows = next_hidden[sum(int(x) for x in commit_lens[:b]) :][:commit]
         assert rows[:, 0].tolist() == [float(b)] * commit and rows[:, 1].tolist() == [float(k) for k in slots]
@@ -322,16 +351,27 @@ def check_step(s, expect_accepts):
     assert s.batch.seq_lens_sum == int(s.seq_before.sum()) + int(commit_lens.sum())
 
 
-def test_verify_accepts_through_non_first_branches_batch_of_two(sg):
+@pytest.mark.parametrize("builder", ["device", "cpu"])
+def test_verify_accepts_through_non_first_branches_batch_of_two(sg, builder):
     # request 0: true tokens at ranks 0,1,0,0 (a non-first child at depth 2);
     # request 1: a different prompt and history
-    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0], builder=builder)
     check_step(s, [s.res[3][0], s.res[3][1]])
     assert min(s.res[3]) >= 2  # several drafts accepted per request, through rank-1 nodes
-    paths_have_rank1 = [
-        any(s.tree.nodes[b].ranks[k - 1] == 1 for k in range(1, s.tree.num_nodes[b] + 1)) for b in range(2)
-    ]
-    assert all(paths_have_rank1)
+    assert all((s.tree.ranks[b] == 1).any() for b in range(2))
+
+
+def test_the_test_only_broken_commit_keeps_the_wrong_kv_slots(sg, tmp_path, monkeypatch):
+    """The control of the GPU lossless check: SGLANG_DDTREE_TEST_BREAK=<file> saying 'kv'."""
+    flag = tmp_path / "break"
+    flag.write_text("kv\n")
+    monkeypatch.setenv("SGLANG_DDTREE_TEST_BREAK", str(flag))
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    with pytest.raises(AssertionError):
+        check_step(s, [s.res[3][0], s.res[3][1]])
+    flag.unlink()  # file gone: the switch is off again
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    check_step(s, [s.res[3][0], s.res[3][1]])
 
 
 def test_verify_nothing_accepted(sg):
@@ -340,9 +380,10 @@ def test_verify_nothing_accepted(sg):
     assert int(s.res[1][0]) == 1  # only the bonus token
 
 
-def test_verify_request_finishing_mid_path(sg):
+@pytest.mark.parametrize("builder", ["device", "cpu"])
+def test_verify_request_finishing_mid_path(sg, builder):
     # 2 more tokens allowed: the commit stops there although more of the path was accepted
-    s = run_step(sg, [[5, 6, 7], [2, 3]], [[11], [1]], [3, 40], ranks=[0, 0, 0, 0])
+    s = run_step(sg, [[5, 6, 7], [2, 3]], [[11], [1]], [3, 40], ranks=[0, 0, 0, 0], builder=builder)
     assert int(s.res[1][0]) == 2 and int(s.res[1][1]) == 5
     check_step(s, [1, 4])
 

@@ -55,3 +55,25 @@ def test_single_lines(line, cause, needle):
 ])
 def test_precedence(text, cause):
     assert diagnose_text(text)["cause"] == cause
+
+
+def test_argument_rejections_have_one_cause_each():
+    """argparse's refusals (bad_server_args, before anything loads) and ServerArgs' refusals of a
+    combination (incompatible_options, after parsing) never both match one real log: no line of a
+    fixture of one of them is matched by a rule of the other, nor the stand-in's fault logs."""
+    import pathlib
+
+    import yaml
+    from dflash_diagnose import _match_line, _split_lines
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    pair = {"bad_server_args", "incompatible_options"}
+    logs = [(root / "tests/fixtures/logs" / e["file"], e["cause"])
+            for e in yaml.safe_load((root / "tests/fixtures/logs/index.yml").read_text())["fixtures"]
+            if e["cause"] in pair]
+    logs += [(root / "files/lab/faults" / f"{c}.log", c) for c in sorted(pair)]
+    assert {c for _, c in logs} == pair and len(logs) > 10
+    for path, cause in logs:
+        causes = {m.rule.cause for ln in _split_lines(path.read_text(errors="replace")) for m in _match_line(ln)}
+        assert causes & pair == {cause}, (path.name, causes)
+        assert diagnose_text(path.read_text(errors="replace"))["cause"] == cause, path.name

@@ -129,9 +129,9 @@ BAD = [
     ("arg with whitespace", [good(extra_args=["--json-model-override-args", "{\"a\": 1}"])],
      "field 'extra_args[1]': '{\"a\": 1}' is empty or contains whitespace"),
     ("managed flag in extra_args", [good(extra_args=["--port", "30005"])],
-     "field 'extra_args': --port is set from the field 'port'; set that field instead"),
+     "field 'extra_args[0]': --port is set from the field 'port'; set that field instead"),
     ("managed flag pinned", [good(pin_flags={"--tp-size": 2})],
-     "field 'pin_flags.--tp-size': is set from the field 'tp'"),
+     "field 'pin_flags.--tp-size': --tp-size is set from the field 'tp'"),
     ("pin not a flag", [good(pin_flags={"attention-backend": "triton"})],
      "field 'pin_flags': 'attention-backend' is not a flag"),
     ("env overrides CUDA_VISIBLE_DEVICES", [good(env={"CUDA_VISIBLE_DEVICES": "0"})],
@@ -240,7 +240,7 @@ def test_args_are_exactly_the_launch_server_argv():
                 extra_args=["--cuda-graph-max-bs", "8"], pin_flags={"--enable-metrics": True, "--x": False})
     p = di.plan_instance(inst, RULES, CT200, PROBE_SEED_CT200, {}, {"path": "/opt/dflash/trees/sglang-0.5.11-abc"})
     assert p["args"] == [
-        "--model-path", MODEL, "--host", "0.0.0.0", "--port", "30001", "--tp-size", "2",
+        "--model-path", MODEL, "--host", "127.0.0.1", "--port", "30001", "--tp-size", "2",
         "--mem-fraction-static", "0.85", "--context-length", "8192",
         "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", DRAFT,
         "--speculative-ddtree-budget", "15", "--speculative-ddtree-topk", "8", "--speculative-ddtree-mode", "tree",
@@ -369,11 +369,6 @@ def test_gather_host_facts(tmp_path):
     assert hf["overlay"]["nvidia_lib_dirs"] == [str(sp / "cu13" / "lib"), str(sp / "nccl" / "lib")]
     assert hf["overlay"]["nvcc"] == {"path": str(sp / "cu13" / "bin" / "nvcc"), "home": str(sp / "cu13"),
                                      "version": "13.0"}
-    assert di.stale_units(hf["units"], [{"name": "a", "model_source": "/data/a"}]) == [
-        {"unit": "dflash-old.service", "instance": "old", "stage": False, "removed": True}]
-    assert di.stale_units(hf["units"], [{"name": "a"}]) == [
-        {"unit": "dflash-old.service", "instance": "old", "stage": False, "removed": True},
-        {"unit": "dflash-stage-a.service", "instance": "a", "stage": True, "removed": False}]
 
 
 def test_argument_specs_mirror_the_schema():
@@ -399,8 +394,9 @@ def test_filter_plugin_wires_the_pure_functions():
     flags = filters["dflash_instances_flags"]([good()], RULES, CT200, PROBE_SEED_CT200, CT200_FACTS, None)
     assert "--grammar-backend" in flags["dflash-gpu1"]["args"]
     assert filters["dflash_instances_report"](flags)[0].startswith("dflash-gpu1: python -m sglang.launch_server")
-    assert filters["dflash_instances_stale"](["dflash-x.service"], [good()]) == [
-        {"unit": "dflash-x.service", "instance": "x", "stage": False, "removed": True}]
+    assert filters["dflash_instances_unit_files"]([good()], "/opt/dflash/units", "/etc/systemd/system") == [
+        {"instance": "dflash-gpu1", "src": "/opt/dflash/units/dflash-dflash-gpu1.service",
+         "dest": "/etc/systemd/system/dflash-dflash-gpu1.service"}]
 
 
 def test_reasoning_parser_and_smoke_gates_fields():

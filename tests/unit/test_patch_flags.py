@@ -1,4 +1,4 @@
-"""files/lab/sglang-0.5.11-flags.txt is what scripts/extract_sglang_flags.py makes of the real patched tree."""
+"""files/patches/sglang/0.5.11/server-flags.txt is what scripts/extract_sglang_flags.py makes of the real patched tree."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from sglang_wheel import REPO_ROOT, sglang_wheel
 
 SCRIPT = REPO_ROOT / "scripts" / "extract_sglang_flags.py"
-FLAGS = REPO_ROOT / "files" / "lab" / "sglang-0.5.11-flags.txt"
+FLAGS = REPO_ROOT / "files" / "patches" / "sglang" / "0.5.11" / "server-flags.txt"
 
 
 def rows():

@@ -32,9 +32,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(method, url, body=None, timeout=5.0):
+def http(method, url, body=None, timeout=5.0, headers=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"content-type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
@@ -318,9 +319,9 @@ def test_bad_algorithm_and_missing_model(tmp_path):
 
 
 def test_repo_flags_file_is_used_when_present():
-    flags = ROOT / "files" / "lab" / "sglang-0.5.11-flags.txt"
+    flags = ROOT / "files" / "patches" / "sglang" / "0.5.11" / "server-flags.txt"
     if not flags.exists():
-        pytest.skip("files/lab/sglang-0.5.11-flags.txt not generated yet")
+        pytest.skip("files/patches/sglang/0.5.11/server-flags.txt not generated yet")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_STANDIN")}
     res = subprocess.run([sys.executable, str(STANDIN), "--model-path", "/m", "--no-such-flag-x"], env=env,
                          capture_output=True, text=True, timeout=20, check=False)
@@ -397,7 +398,7 @@ def test_sigterm_stops_cleanly(start):
     assert rc == 0
 
 
-REAL_FLAGS = ROOT / "files" / "lab" / "sglang-0.5.11-flags.txt"
+REAL_FLAGS = ROOT / "files" / "patches" / "sglang" / "0.5.11" / "server-flags.txt"
 
 
 @pytest.mark.skipif(not REAL_FLAGS.exists(), reason="flags file not generated")

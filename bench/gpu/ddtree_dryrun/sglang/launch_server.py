@@ -1,4 +1,7 @@
-"""NOT sglang: a CPU stand-in for `python -m sglang.launch_server` to dry-run bench/gpu/ddtree_e2e.py.
+"""NOT sglang: a CPU stand-in for `python -m sglang.launch_server` to dry-run bench/gpu/ddtree_e2e.py and
+bench/gpu/ddtree_lossless.py (re-scoring with return_logprob, /flush_cache, the test-only broken commit:
+while SGLANG_DDTREE_TEST_BREAK's file says kv/state, outputs go wrong after a few tokens, as a real
+broken commit does, so the control's failure path is exercised too).
 
 It answers /health and /generate (deterministic toy continuation, fake spec meta_info) and writes fake
 step-timing lines, so the driver's orchestration (staggered starts, phases, oracle file, summaries) can be
@@ -34,7 +37,7 @@ time.sleep(1 + random.random())
 
 
 def toy(seq):
-    return (sum((i + 1) * t for i, t in enumerate(seq[-4:])) * 31 + len(seq)) % 150000
+    return (sum((i + 1) * t for i, t in enumerate(seq[-4:])) * 31 + sum(seq) + len(seq)) % 150000
 
 
 class H(BaseHTTPRequestHandler):
@@ -47,25 +50,47 @@ class H(BaseHTTPRequestHandler):
         self.wfile.write(b"ok")
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.path.startswith("/flush_cache"):
+            self.rfile.read(length)
+            self.send_response(200)
+            self.end_headers()
+            return
+        body = json.loads(self.rfile.read(length))
         ids = body["input_ids"]
         n = body["sampling_params"]["max_new_tokens"]
         batch = isinstance(ids[0], list)
         outs = []
-        for p in ids if batch else [ids]:
+        broken = False
+        flag = os.environ.get("SGLANG_DDTREE_TEST_BREAK")
+        if flag and os.path.exists(flag):
+            with open(flag) as fh:
+                broken = fh.read().split()[:1] in (["kv"], ["state"])
+        starts = body.get("logprob_start_len")
+        for i, p in enumerate(ids if batch else [ids]):
             seq = list(p)
             o = []
             for _ in range(n):
                 t = toy(seq)
+                if broken and len(o) >= 5:
+                    t = (t + 1) % 150000
                 seq.append(t)
                 o.append(t)
             vc = (n + 2) // 3 if spec else None
-            outs.append(
-                {
-                    "output_ids": o,
-                    "meta_info": {"spec_verify_ct": vc, "spec_accept_length": (n / vc) if vc else None},
-                }
-            )
+            meta = {"spec_verify_ct": vc, "spec_accept_length": (n / vc) if vc else None}
+            if body.get("return_logprob"):
+                start = starts[i] if isinstance(starts, list) else starts
+                toks, tops = [], []
+                for j in range(start, len(p)):
+                    if j == start:  # as sglang: the first position has no log-prob
+                        toks.append([None, p[j], None])
+                        tops.append(None)
+                        continue
+                    best = toy(list(p[:j]))
+                    toks.append([0.0 if p[j] == best else -5.0, p[j], None])
+                    tops.append([[0.0, best, None]])
+                meta.update(input_token_logprobs=toks, input_top_logprobs=tops)
+            outs.append({"output_ids": o, "meta_info": meta})
             tp = os.environ.get("SGLANG_DFLASH_STEP_TIMING")
             if tp and os.path.exists(tp + ".on"):
                 with open(tp, "a") as fh:
@@ -79,6 +104,8 @@ class H(BaseHTTPRequestHandler):
                                     "cuda_graph": True,
                                     "accepted": 2,
                                     "prepare_ms": 1.0,
+                                    "draft_ms": 0.7,
+                                    "tree_ms": 0.3,
                                     "target_ms": 2.0 + W / 100,
                                     "verify_ms": 0.3,
                                     "draft_append_ms": 0.2,

@@ -1,0 +1,22 @@
+#!/bin/bash
+# DDTree lossless check on the GPU machine (one H200), one call (< 10 min): hybrid (Qwen3.5 class) and
+# dense targets with real random weights in float32; DDTREE tree / shadow-linear and DFLASH against no
+# speculation, with both controls (bench/gpu/ddtree_lossless.py says what is checked).
+# Command (the lead's, or #13's):
+#   run(command="bash bench/gpu/ddtree_lossless.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+# Results: $OUT/ddtree-lossless/{summary.md,summary.json,tree.json,logs.tar.xz}.
+# CPU dry run (stand-in servers, no weights):
+#   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_lossless.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+TAG=lossless
+OUT=${OUT:-/tmp/ddtree-out}/ddtree-lossless
+WORK=${WORK:-/root/ddtree-lossless}
+MODELS=${MODELS:-hybrid,dense}
+FAMILIES=$(echo "$MODELS" | sed 's/\([a-z]*\)/\1-rw/g')  # only the models asked for get folders and weights
+WEIGHTS=${WEIGHTS-$FAMILIES}
+[ -n "${DRYRUN:-}" ] && WEIGHTS=""
+source bench/gpu/ddtree_setup.sh
+LEFT=$(( ${BUDGET_S:-575} - ($(date +%s) - T0) ))
+"$PY" bench/gpu/ddtree_lossless.py --work "$WORK" --out "$OUT" --deadline-s "$(( LEFT - 20 ))" --models "$MODELS"

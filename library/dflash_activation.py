@@ -1,0 +1,163 @@
+#!/usr/bin/python
+"""Ansible module: one step of the activation transaction (logic: module_utils/dflash_activation.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dflash_activation
+short_description: Activate a release as a transaction (journal, unit files, current, revert)
+description:
+  - C(begin) plans the activation of O(release_id) (unit files that change, instances to restart,
+    instances of the current release that must stop first because another instance takes their port,
+    removals for the commit) and writes the journal C(<prefix>/activation.json) with backups of the unit
+    files it will replace. Nothing that serves changes.
+  - C(install) puts the staged unit files live (daemon-reload, new units enabled); C(switch) stops the
+    instances giving up their port and points C(<prefix>/current) at the release; C(commit) (after the
+    smoke test) does the removals and deletes the journal.
+  - C(revert) puts unit files and C(current) back and stops the instances new in the release; it returns
+    the instances to restart and smoke-test; C(finish) then deletes the journal.
+  - C(recover) says what an unfinished journal needs (C(none), C(commit) or C(revert)); C(serving) checks
+    what serves now (unit state and C(/health) of every instance of the current release).
+  - Logic lives in C(module_utils/dflash_activation.py).
+options:
+  action:
+    description: The step.
+    type: str
+    required: true
+    choices: [begin, install, switch, commit, revert, finish, recover, serving]
+  prefix: {description: Install prefix., type: path, default: /opt/dflash}
+  release_id: {description: The release being activated (begin, install, switch, commit)., type: str}
+  units:
+    description: Staged unit files ({dest, src, instance}) the release needs live (begin).
+    type: list
+    elements: dict
+    default: []
+  changed: {description: Instances whose release content differs from current (begin)., type: list, elements: str,
+            default: []}
+  restart_all: {description: Restart every instance of the release (begin)., type: bool, default: false}
+  remove:
+    description: Removals asked for ({instance, unit, stage_unit}), done at commit (begin).
+    type: list
+    elements: dict
+    default: []
+  service_manager: {description: systemd or runner., type: str, choices: [systemd, runner], default: systemd}
+  unit_dir: {description: Where the unit files live., type: path, default: /etc/systemd/system}
+  run_dir: {description: Pidfiles of runner-managed units., type: path, default: /run/dflash}
+  host: {description: Host name used in messages., type: str, default: ''}
+  controller: {description: Who runs the activation (recorded in the journal)., type: str, default: ''}
+author: dflash-deploy
+"""
+
+EXAMPLES = r"""
+- name: What serves now
+  dflash_activation:
+    action: serving
+"""
+
+RETURN = r"""
+journal: {description: The journal written by begin., type: dict, returned: begin}
+restart: {description: Instances to restart and smoke-test (begin, revert)., type: list, returned: begin, revert}
+decision: {description: none, commit or revert (recover)., type: str, returned: recover}
+lines: {description: What serves, one line per instance, checked (serving)., type: list, returned: serving}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_activation import (
+    ActivationError,
+    Runner,
+    Systemd,
+    begin,
+    boot_time,
+    commit,
+    current_target,
+    decide,
+    describe,
+    finish,
+    install,
+    plan,
+    read_journal,
+    read_manifest,
+    release_status,
+    revert,
+    serving,
+    sweep_before_boot,
+    switch,
+    unit_of,
+)
+from ansible.module_utils.dflash_diskspace import os_error_message
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "action": {"type": "str", "required": True,
+                       "choices": ["begin", "install", "switch", "commit", "revert", "finish", "recover", "serving"]},
+            "prefix": {"type": "path", "default": "/opt/dflash"},
+            "release_id": {"type": "str"},
+            "units": {"type": "list", "elements": "dict", "default": []},
+            "changed": {"type": "list", "elements": "str", "default": []},
+            "restart_all": {"type": "bool", "default": False},
+            "remove": {"type": "list", "elements": "dict", "default": []},
+            "service_manager": {"type": "str", "default": "systemd", "choices": ["systemd", "runner"]},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "run_dir": {"type": "path", "default": "/run/dflash"},
+            "host": {"type": "str", "default": ""},
+            "controller": {"type": "str", "default": ""},
+        },
+        required_if=[("action", "begin", ["release_id"]), ("action", "install", ["release_id"]),
+                     ("action", "switch", ["release_id"]), ("action", "commit", ["release_id"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    prefix, check = p["prefix"], module.check_mode
+    where = (p["host"] + ": ") if p["host"] else ""
+    if p["service_manager"] == "runner":
+        backend = Runner(p["run_dir"])
+    else:
+        backend = Systemd(lambda argv: module.run_command(argv))
+    try:
+        action = p["action"]
+        if action == "begin":
+            rid = p["release_id"]
+            manifest = read_manifest(prefix, rid)
+            if not manifest and not check:
+                module.fail_json(msg=f"{where}release {rid}: {prefix}/releases/{rid}/manifest.json not found")
+            names = sorted(manifest.get("instances") or {})
+            not_running = [n for n in names if not backend.is_active(unit_of(n, manifest["instances"][n]))]
+            the_plan = plan(prefix, rid, names, p["units"], p["changed"], not_running, p["restart_all"],
+                            p["remove"], read_manifest(prefix, current_target(prefix)))
+            journal = begin(prefix, rid, the_plan, backend, host=p["host"], controller=p["controller"],
+                            check_mode=check)
+            module.exit_json(changed=not journal["noop"], journal=journal, restart=the_plan["restart"],
+                             stop_first=the_plan["stop_first"], not_running=not_running,
+                             units_changed=[u["dest"] for u in journal["units"]])
+        if action == "install":
+            module.exit_json(**install(prefix, p["release_id"], backend, check_mode=check))
+        if action == "switch":
+            module.exit_json(**switch(prefix, p["release_id"], backend, check_mode=check))
+        if action == "commit":
+            module.exit_json(**commit(prefix, p["release_id"], backend, p["unit_dir"], check_mode=check))
+        if action == "revert":
+            module.exit_json(**revert(prefix, backend, check_mode=check, release_id=p["release_id"]))
+        if action == "finish":
+            module.exit_json(**finish(prefix, check_mode=check))
+        if action == "recover":
+            journal = read_journal(prefix)
+            status = release_status(prefix, journal["release"]) if journal else {}
+            decision = decide(journal, status)
+            swept = [] if check else sweep_before_boot(os.path.expanduser("~/.ansible/tmp"), boot_time())
+            module.exit_json(changed=bool(swept), decision=decision, journal=journal,
+                             description=describe(journal) if journal else "",
+                             release_status=status.get("status"), swept=swept)
+        if action == "serving":
+            module.exit_json(changed=False, **serving(prefix, backend))
+    except ActivationError as exc:
+        module.fail_json(msg=f"{where}{exc}")
+    except OSError as exc:
+        module.fail_json(msg=f"{where}{os_error_message(exc, prefix)}")
+
+
+if __name__ == "__main__":
+    main()

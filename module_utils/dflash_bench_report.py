@@ -1,0 +1,93 @@
+"""Render a benchmark run's folder: tables (CSV/JSON), charts, report.md, report.tex (+ PDF).
+
+Works on any run folder with run.json and cells/*.json, finished or not (an interrupted run is
+rendered with what it has). Charts need matplotlib; without it the report says so and the rest is
+written. No Ansible import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+try:
+    from ansible.module_utils import dflash_bench_latex as latex
+    from ansible.module_utils import dflash_bench_markdown as markdown
+    from ansible.module_utils import dflash_bench_results as res
+    from ansible.module_utils.dflash_bench_charts import draw_all
+    from ansible.module_utils.dflash_bench_workloads import describe
+except ImportError:
+    import dflash_bench_latex as latex
+    import dflash_bench_markdown as markdown
+    import dflash_bench_results as res
+    from dflash_bench_charts import draw_all
+    from dflash_bench_workloads import describe
+
+
+def render_run(run_dir, compare_to=None, results_dir=None, pdf=True, charts=True) -> dict:
+    """-> {files, charts, rows, cells, failed, standin, compare, warnings}."""
+    data = res.load_run(run_dir)
+    run, cells = data["run"], data["cells"]
+    rows = [res.row(c) for c in cells]
+    standin = any(r.get("lab_standin") for r in rows) or bool(run.get("lab_standin"))
+    files, warnings = [], []
+    for c in cells:
+        if c.get("requests"):
+            path = os.path.join(run_dir, "cells", c["cell"] + ".csv")
+            files.append(res.write_text(path, res.to_csv(c["requests"], res.REQUEST_FIELDS)))
+    files.append(res.write_text(os.path.join(run_dir, "results.csv"), res.to_csv(rows, ("cell",) + res.ROW_FIELDS)))
+    compare, compare_name = None, None
+    if compare_to:
+        other = res.find_run(results_dir or os.path.dirname(os.path.abspath(run_dir)), compare_to,
+                             host=run.get("host"), exclude=run_dir)
+        if other is None:
+            warnings.append(f"compare_to={compare_to}: no run folder and no run of that release found")
+        else:
+            odata = res.load_run(other)
+            compare = res.compare(rows, [res.row(c) for c in odata["cells"]])
+            compare_name = f"{os.path.basename(other)} (release {odata['run'].get('release', {}).get('id')})"
+    drawn = {}
+    try:  # matplotlib is imported when drawing: a controller without it still gets the tables
+        if rows and charts:
+            drawn = draw_all(rows, os.path.join(run_dir, "charts"), standin)
+    except ImportError as exc:
+        warnings.append(f"no charts: {exc} (matplotlib is in pyproject.toml: uv sync)")
+    files += [c["path"] for c in drawn.values()]
+    configs = (run.get("plan") or {}).get("configurations") or []
+    opts = run.get("options") or {}
+    wtext = {w: describe(w, opts) for w in run.get("workloads") or []}
+    md = markdown.render(run, rows, configs, drawn, compare, compare_name, wtext)
+    files.append(res.write_text(os.path.join(run_dir, "report.md"), md))
+    tex = res.write_text(os.path.join(run_dir, "report.tex"),
+                         latex.render(run, rows, configs, drawn, compare, compare_name))
+    files.append(tex)
+    pdf_res = latex.compile_pdf(tex) if pdf else {"pdf": None, "error": "PDF not asked for"}
+    if pdf_res.get("pdf"):
+        files.append(pdf_res["pdf"])
+    elif pdf:
+        warnings.append(f"no PDF: {pdf_res.get('error')}" + (f"; {pdf_res['hint']}" if pdf_res.get("hint") else ""))
+    summary = {"run": run.get("run"), "dir": os.path.abspath(run_dir), "rows": rows, "cells": len(rows),
+               "failed": [r["cell"] for r in rows if r["status"] == "failed"], "standin": standin,
+               "charts": {k: {"title": v["title"], "series": v["series"]} for k, v in drawn.items()},
+               "compare": compare, "compare_name": compare_name, "pdf": pdf_res.get("pdf"), "files": sorted(files),
+               "warnings": warnings}
+    res.write_text(os.path.join(run_dir, "results.json"), json.dumps(
+        {"run": run, "rows": rows, "compare": compare, "charts": summary["charts"]}, indent=1, default=str) + "\n")
+    return summary
+
+
+def lines(summary) -> list:
+    """What the play prints at the end."""
+    out = [f"report: {summary['dir']}/report.md" + (f" and {summary['pdf']}" if summary.get("pdf") else "")]
+    if summary.get("standin"):
+        out.append("LAB STAND-IN figures: not SGLang, no GPU")
+    for r in summary["rows"]:
+        acc = r.get("accept_length")
+        fig = (f"{r['output_tok_s']} tok/s, accept {acc if acc is not None else '-'}" if r.get("output_tok_s")
+               else (r.get("cause") or r["status"]))
+        out.append(f"{r['config']} / {r['workload']} / c{r['concurrency']}: {r['status']}: {fig}")
+    for c in summary.get("compare") or []:
+        if c.get("tok_s_ratio") is not None:
+            out.append(f"vs {summary['compare_name']}: {c['config']} / {c['workload']} / c{c['concurrency']}: "
+                       f"x{c['tok_s_ratio']}")
+    return out + [f"warning: {w}" for w in summary.get("warnings") or []]

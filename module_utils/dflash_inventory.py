@@ -1,0 +1,130 @@
+"""Host-level inventory checks, in the user's words, before anything on the host changes: the instance
+list itself (empty or undefined, e.g. a typo'd variable name), what the user asked to remove, and the
+shared settings (prefix, bind address, service manager, disk limit). The per-instance checks are
+dflash_instances.validate_instances.
+
+Pure functions, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+
+try:
+    from ansible.module_utils.dflash_checks import SYSTEM_DIRS, control_char, host_error, under
+except ImportError:  # pytest / the controller: module_utils/ on sys.path
+    from dflash_checks import SYSTEM_DIRS, control_char, host_error, under
+
+# the shared inventory inputs (docs/design.md) a typo'd name is compared with
+SHARED = ("dflash_instances", "dflash_prefix", "dflash_remove_absent", "dflash_remove_instances",
+          "dflash_service_manager", "dflash_lab_standin", "dflash_min_free_mib", "dflash_venv_layers")
+# variables that no longer exist, and what replaced them
+RENAMED = {
+    "dflash_instances_remove_stale": (
+        "instances the inventory no longer lists are kept serving unless removal is asked for: "
+        "dflash_remove_absent: true (all of them) or dflash_remove_instances: [names]"),
+}
+EMPTY_HELP = (
+    "set dflash_instances (in host_vars/{host}.yml or group_vars) to the list of instances this host serves "
+    "(name, gpus, port, model_path, ...); nothing is changed on the host while it is empty. To take every "
+    "instance off the host, list them in dflash_remove_instances")
+
+
+# role settings (dflash_<role>_*) and facts are never typo candidates
+ROLE_PREFIXES = ("dflash_fingerprint", "dflash_instances_", "dflash_layers", "dflash_tree", "dflash_release",
+                 "dflash_lab_", "dflash_venv_", "dflash_sglang", "dflash_probe", "dflash_flags", "dflash_units",
+                 "dflash_bench", "dflash_router", "dflash_gates")
+
+
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+def as_bool(value):
+    """True / False for a boolean, or the words Ansible reads as one (-e key=value gives strings); else None."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, int)) and str(value).strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return str(value).strip().lower() in TRUE_WORDS
+    return None
+
+
+def as_int(value):
+    """An int, or a string of digits (-e key=value), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def typo_hints(var_names, wanted) -> list:
+    """Inventory variables that look like a misspelt ``wanted``: not a variable the toolkit knows."""
+    names = [str(n) for n in var_names or []
+             if str(n).startswith("dflash") and str(n) not in SHARED and not str(n).startswith(ROLE_PREFIXES)]
+    return difflib.get_close_matches(wanted, names, n=3, cutoff=0.8)
+
+
+def inventory_errors(host, instances, settings, var_names=()) -> list:
+    """Errors of the host's inventory as a whole. ``settings``: {name: value or None} of the shared
+    variables (None = not set); ``var_names``: every variable name the host has (typo hints)."""
+    errors = []
+    s = settings or {}
+    remove = s.get("dflash_remove_instances")
+    remove_absent = s.get("dflash_remove_absent")
+    absent_flag = as_bool(remove_absent)
+    names = [i.get("name") for i in instances if isinstance(i, dict)] if isinstance(instances, list) else []
+
+    for old, why in RENAMED.items():
+        if old in (var_names or ()):
+            errors.append(f"{host}: variable '{old}' is no longer used: {why}")
+
+    if remove is not None and (not isinstance(remove, list) or not all(isinstance(n, str) and n for n in remove)):
+        errors.append(f"{host}: field 'dflash_remove_instances': must be a list of instance names, got {remove!r}")
+        remove = []
+    if remove_absent is not None and absent_flag is None:
+        errors.append(f"{host}: field 'dflash_remove_absent': must be true or false, got {remove_absent!r}")
+    for n in sorted(set(remove or []) & {n for n in names if isinstance(n, str)}):
+        errors.append(f"{host}: field 'dflash_remove_instances': '{n}' is also in dflash_instances: an instance is "
+                      "either deployed or removed")
+
+    if instances is None or (isinstance(instances, list) and not instances):
+        if not remove:
+            hints = typo_hints(var_names, "dflash_instances")
+            hint = (f" (the inventory sets {', '.join(repr(h) for h in hints)}: a typo for dflash_instances?)"
+                    if hints else "")
+            errors.append(f"{host}: dflash_instances is empty or not set{hint}: " + EMPTY_HELP.format(host=host))
+        if absent_flag:
+            errors.append(f"{host}: field 'dflash_remove_absent': with an empty dflash_instances it would remove "
+                          "everything; name the instances to remove in dflash_remove_instances instead")
+    for wanted in ("dflash_remove_absent", "dflash_remove_instances"):
+        if s.get(wanted) is None:
+            for h in typo_hints(var_names, wanted):
+                errors.append(f"{host}: variable '{h}' is not one the toolkit knows: did you mean {wanted}?")
+
+    prefix = s.get("dflash_prefix")
+    if prefix is not None:
+        bad = None
+        if not isinstance(prefix, str) or not prefix.startswith("/"):
+            bad = f"must be an absolute path, got {prefix!r}"
+        elif control_char(prefix) or any(c.isspace() for c in prefix):
+            bad = "contains whitespace or a control character"
+        else:
+            norm = posixpath.normpath(prefix)
+            if norm == "/" or any(under(norm, d) for d in SYSTEM_DIRS if d != "/var/cache/dflash"):
+                bad = f"{prefix} resolves to {norm}, a system directory: use a directory of its own (/opt/dflash)"
+        if bad:
+            errors.append(f"{host}: field 'dflash_prefix': {bad}")
+    sm = s.get("dflash_service_manager")
+    if sm is not None and sm not in ("systemd", "runner"):
+        errors.append(f"{host}: field 'dflash_service_manager': must be systemd or runner, got {sm!r}")
+    bind = s.get("dflash_instances_bind_host")
+    if bind is not None and host_error(bind):
+        errors.append(f"{host}: field 'dflash_instances_bind_host': {host_error(bind)}")
+    free = s.get("dflash_min_free_mib")
+    if free is not None and (as_int(free) is None or as_int(free) < 0):
+        errors.append(f"{host}: field 'dflash_min_free_mib': must be a whole number of MiB >= 0, got {free!r}")
+    return errors

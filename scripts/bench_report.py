@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""Re-render a benchmark run folder (e.g. one copied back from a GPU machine without matplotlib or TeX),
+or show what a chart carries.
+
+  python3 scripts/bench_report.py render RUN_DIR [--compare-to RUN_OR_RELEASE] [--no-pdf]
+  python3 scripts/bench_report.py inspect CHART.png      # validity + the series drawn (tEXt chunk)
+
+Same code as playbooks/bench.yml's report step (module_utils/dflash_bench_report.py).
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
+
+import dflash_bench_charts
+import dflash_bench_report
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("render")
+    r.add_argument("run_dir")
+    r.add_argument("--compare-to")
+    r.add_argument("--no-pdf", action="store_true")
+    i = sub.add_parser("inspect")
+    i.add_argument("png")
+    a = ap.parse_args(argv)
+    if a.cmd == "inspect":
+        text = dflash_bench_charts.png_text(a.png)
+        print(json.dumps(json.loads(text.get("Description", "{}")), indent=1))
+        return 0
+    summary = dflash_bench_report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)
+    print("\n".join(dflash_bench_report.lines(summary)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

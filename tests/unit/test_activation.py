@@ -1,0 +1,281 @@
+"""The activation transaction (module_utils/dflash_activation.py) on a real prefix in tmp_path.
+
+A fake service backend records what would be stopped / enabled and says which units are active;
+everything else (journal, backups, unit files, the current link) is the real filesystem code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import dflash_activation as a
+import pytest
+
+RID_OLD = "20260101T000000-aaaaaaaa"
+RID_NEW = "20260102T000000-bbbbbbbb"
+
+
+class FakeBackend:
+    name = "systemd"
+
+    def __init__(self, active=(), enabled=()):
+        self.active, self.enabled = set(active), set(enabled)
+        self.calls = []
+
+    def reload(self):
+        self.calls.append(("reload",))
+
+    def enable(self, units):
+        self.calls.append(("enable", tuple(units)))
+        self.enabled |= set(units)
+
+    def disable(self, units):
+        self.calls.append(("disable", tuple(units)))
+        self.enabled -= set(units)
+
+    def stop(self, units):
+        self.calls.append(("stop", tuple(units)))
+        self.active -= set(units)
+
+    def is_active(self, unit):
+        return unit in self.active
+
+    def is_enabled(self, unit):
+        return unit in self.enabled
+
+
+def release(prefix, rid, instances):
+    d = prefix / "releases" / rid
+    (d / "instances").mkdir(parents=True)
+    man = {"id": rid, "instances": {n: {"unit": f"dflash-{n}.service", "args": ["--port", str(p)]}
+                                    for n, p in instances.items()}}
+    (d / "manifest.json").write_text(json.dumps(man))
+    return man
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A host serving RID_OLD (instance old on 30001, keep on 30002) with their unit files, and RID_NEW
+    prepared (old renamed to new on 30001, keep unchanged)."""
+    prefix, units, staged = tmp_path / "opt", tmp_path / "units", tmp_path / "opt" / "units"
+    units.mkdir(parents=True)
+    staged.mkdir(parents=True)
+    release(prefix, RID_OLD, {"old": 30001, "keep": 30002})
+    release(prefix, RID_NEW, {"new": 30001, "keep": 30002})
+    os.symlink(f"releases/{RID_OLD}", prefix / "current")
+    for n in ("old", "keep"):
+        (units / f"dflash-{n}.service").write_text(f"[Service]\nExecStart=/bin/{n} v1\n")
+    (staged / "dflash-new.service").write_text("[Service]\nExecStart=/bin/new v2\n")
+    (staged / "dflash-keep.service").write_text("[Service]\nExecStart=/bin/keep v2\n")
+    backend = FakeBackend(active={"dflash-old.service", "dflash-keep.service"},
+                          enabled={"dflash-old.service", "dflash-keep.service"})
+    staged_units = [{"instance": n, "src": str(staged / f"dflash-{n}.service"), "dest": str(units / f"dflash-{n}.service")}
+                    for n in ("new", "keep")]
+    return {"prefix": str(prefix), "units": units, "staged": staged_units, "backend": backend}
+
+
+def start(h, restart_all=False, remove=()):
+    prev = a.read_manifest(h["prefix"], a.current_target(h["prefix"]))
+    p = a.plan(h["prefix"], RID_NEW, ["new", "keep"], h["staged"], ["new"], ["new"], restart_all, list(remove), prev)
+    return p, a.begin(h["prefix"], RID_NEW, p, h["backend"], host="ct200", controller="me@box", boot="boot-1")
+
+
+def test_plan_restarts_changed_units_and_stops_the_instance_whose_port_is_taken(host):
+    p, _j = start(host)
+    assert p["restart"] == ["keep", "new"]  # keep: its unit file changes
+    assert p["stop_first"] == [{"instance": "old", "unit": "dflash-old.service", "port": 30001, "for": "new"}]
+    assert [u["change"] for u in p["units"]] == ["new", "update"]
+    # begin changes nothing that serves: same current, same unit files, the backup and the journal only
+    assert a.current_target(host["prefix"]) == RID_OLD
+    assert (host["units"] / "dflash-keep.service").read_text().endswith("v1\n")
+    assert not (host["units"] / "dflash-new.service").exists()
+    journal = a.read_journal(host["prefix"])
+    assert journal["state"] == "begun" and journal["previous"] == RID_OLD and journal["boot_id"] == "boot-1"
+    assert oct(os.stat(a.journal_path(host["prefix"])).st_mode & 0o777) == "0o600"
+    assert journal["active_before"] == {"keep": True, "new": False, "old": True}
+    assert host["backend"].calls == []
+
+
+def test_a_second_begin_is_refused_while_one_is_unfinished(host):
+    start(host)
+    with pytest.raises(a.ActivationError, match="unfinished"):
+        start(host)
+
+
+def test_full_transaction_then_commit(host):
+    start(host, remove=[{"instance": "old", "unit": "dflash-old.service", "stage_unit": False, "cache": True}])
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    assert (host["units"] / "dflash-new.service").read_text().endswith("v2\n")
+    assert ("enable", ("dflash-new.service", "dflash-keep.service")) in host["backend"].calls
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    assert a.current_target(host["prefix"]) == RID_NEW
+    assert ("stop", ("dflash-old.service",)) in host["backend"].calls
+    assert a.decide(a.read_journal(host["prefix"]), {}) == "revert"  # not proven yet
+    a.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "cache"))
+    assert a.read_journal(host["prefix"]) is None
+    assert not (host["units"] / "dflash-old.service").exists()
+    assert not os.path.exists(os.path.join(host["prefix"], a.BACKUPS))
+
+
+def test_revert_after_switch_puts_back_exactly_what_was(host):
+    before = {p.name: p.read_text() for p in host["units"].iterdir()}
+    start(host)
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    host["backend"].active |= {"dflash-new.service"}  # the smoke test started it
+    out = a.revert(host["prefix"], host["backend"])
+    assert a.current_target(host["prefix"]) == RID_OLD
+    assert {p.name: p.read_text() for p in host["units"].iterdir()} == before
+    # old ran before and was stopped for its port, keep's unit changed: both restarted; new stopped
+    assert out["restart"] == ["keep", "old"] and out["stopped"] == ["new"]
+    assert "dflash-new.service" not in host["backend"].active
+    assert ("enable", ("dflash-keep.service",)) in host["backend"].calls
+    assert a.read_journal(host["prefix"])["state"] == "reverting"
+    # an interrupted revert is simply done again
+    again = a.revert(host["prefix"], host["backend"])
+    assert again["restart"] == ["keep", "old"] and again["restored_units"] == []
+    a.finish(host["prefix"])
+    assert a.read_journal(host["prefix"]) is None
+
+
+def test_revert_leaves_stopped_what_did_not_run_before(host):
+    host["backend"].active.discard("dflash-keep.service")
+    start(host)
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    out = a.revert(host["prefix"], host["backend"])
+    assert out["restart"] == ["old"] and sorted(out["stopped"]) == ["keep", "new"]
+
+
+def test_first_deploy_revert_removes_current(tmp_path):
+    prefix, units = tmp_path / "opt", tmp_path / "units"
+    units.mkdir()
+    release(prefix, RID_NEW, {"new": 30001})
+    (prefix / "units").mkdir()
+    (prefix / "units" / "dflash-new.service").write_text("x")
+    staged = [{"instance": "new", "src": str(prefix / "units" / "dflash-new.service"),
+               "dest": str(units / "dflash-new.service")}]
+    b = FakeBackend()
+    p = a.plan(str(prefix), RID_NEW, ["new"], staged, ["new"], ["new"], False, [], {})
+    a.begin(str(prefix), RID_NEW, p, b, boot="b")
+    a.install(str(prefix), RID_NEW, b)
+    a.switch(str(prefix), RID_NEW, b)
+    out = a.revert(str(prefix), b)
+    assert out["restart"] == [] and out["stopped"] == ["new"]
+    assert a.current_target(str(prefix)) is None and not (units / "dflash-new.service").exists()
+    assert ("disable", ("dflash-new.service",)) in b.calls
+
+
+def test_unchanged_rerun_writes_no_journal(host):
+    a.point_current(host["prefix"], RID_NEW)
+    for u in host["staged"]:
+        with open(u["src"]) as src, open(u["dest"], "w") as dst:
+            dst.write(src.read())
+    host["backend"].active = {"dflash-new.service", "dflash-keep.service"}
+    p = a.plan(host["prefix"], RID_NEW, ["new", "keep"], host["staged"], [], [], False, [],
+               a.read_manifest(host["prefix"], RID_NEW))
+    j = a.begin(host["prefix"], RID_NEW, p, host["backend"])
+    assert j["noop"] and a.read_journal(host["prefix"]) is None
+
+
+def test_decide_commit_only_when_proven_after_the_journal(host):
+    start(host)
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    j = a.read_journal(host["prefix"])
+    assert a.decide(j, {"status": "healthy", "at": "2000-01-01T00:00:00.000000Z"}) == "revert"
+    assert a.decide(j, {"status": "failed", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
+    assert a.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "commit"
+    assert a.decide(None, {}) == "none"
+    j["state"] = "units"
+    assert a.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
+
+
+def test_boot_guard_reverts_an_unproven_activation_of_an_earlier_boot(host):
+    start(host)
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    assert "same boot" in a.boot_guard(host["prefix"], host["backend"], boot="boot-1")
+    assert a.current_target(host["prefix"]) == RID_NEW
+    said = a.boot_guard(host["prefix"], host["backend"], boot="boot-2")
+    assert "reverted at boot" in said and a.current_target(host["prefix"]) == RID_OLD
+    assert not (host["units"] / "dflash-new.service").exists()
+    assert a.read_journal(host["prefix"])["state"] == "reverted-at-boot"
+    assert "already reverted" in a.boot_guard(host["prefix"], host["backend"], boot="boot-3")
+    # the next run finishes it: restart what ran before, then the journal goes
+    assert a.revert(host["prefix"], host["backend"])["restart"] == ["keep", "old"]
+
+
+def test_boot_guard_leaves_a_proven_release(host):
+    start(host)
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    with open(os.path.join(host["prefix"], "releases", RID_NEW, "status.json"), "w") as fh:
+        fh.write(json.dumps({"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}))
+    assert "passed the smoke test" in a.boot_guard(host["prefix"], host["backend"], boot="boot-2")
+    assert a.current_target(host["prefix"]) == RID_NEW
+
+
+def test_serving_checks_units_and_health(host):
+    got = a.serving(host["prefix"], host["backend"], check=lambda url: 200 if url.endswith(":30001/health") else None)
+    assert got["current"] == RID_OLD
+    assert got["instances"]["old"]["serving"] and not got["instances"]["keep"]["serving"]
+    assert got["lines"][2] == ("old: serving on http://127.0.0.1:30001 (unit dflash-old.service active, /health 200)")
+    assert "keep: NOT serving" in got["lines"][1] and "/health no answer" in got["lines"][1]
+
+
+def test_steps_refuse_without_a_journal(host):
+    with pytest.raises(a.ActivationError, match="no activation of"):
+        a.install(host["prefix"], RID_NEW, host["backend"])
+    assert a.revert(host["prefix"], host["backend"])["changed"] is False
+
+
+def test_unreadable_journal_says_what_to_do(host):
+    with open(a.journal_path(host["prefix"]), "w") as fh:
+        fh.write("{half")
+    with pytest.raises(a.ActivationError, match="interrupted while writing"):
+        a.read_journal(host["prefix"])
+
+
+def test_guard_main_without_journal(host, capsys):
+    assert a.main(["boot-guard", "--prefix", host["prefix"]]) == 0
+    assert "no unfinished activation" in capsys.readouterr().out
+
+
+def test_runner_backend_for_hosts_without_systemd(tmp_path):
+    stopped = []
+    show = {str(tmp_path / "dflash-a.service.pid"): {"ActiveState": "active"}}
+    r = a.Runner(str(tmp_path), stop=stopped.append, show=lambda pid: show.get(pid, {"ActiveState": "inactive"}))
+    assert r.is_active("dflash-a.service") and not r.is_active("dflash-b.service")
+    r.stop(["dflash-a.service"])
+    r.reload()
+    r.enable(["x"])
+    assert stopped == [str(tmp_path / "dflash-a.service.pid")] and not r.is_enabled("dflash-a.service")
+
+
+def test_systemd_backend_commands():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, "active\n" if argv[1] == "is-active" else "disabled\n", ""
+
+    s = a.Systemd(run, no_block=True)
+    assert s.is_active("u") and not s.is_enabled("u")
+    s.stop(["u"])
+    s.stop([])
+    assert calls[-1] == ["systemctl", "stop", "--no-block", "--", "u"]
+
+
+def test_a_started_commit_is_finished_never_reverted(host):
+    start(host, remove=[{"instance": "old", "unit": "dflash-old.service", "stage_unit": False, "cache": True}])
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    j = a.read_journal(host["prefix"])
+    a.write_journal(host["prefix"], j, "committing")  # as commit() does before its removals
+    assert a.decide(a.read_journal(host["prefix"]), {}) == "commit"
+    with pytest.raises(a.ActivationError, match="not reverted; run the play again"):
+        a.revert(host["prefix"], host["backend"])
+    a.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "c"))
+    assert a.read_journal(host["prefix"]) is None and a.current_target(host["prefix"]) == RID_NEW

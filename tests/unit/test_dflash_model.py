@@ -1,0 +1,201 @@
+"""Hybrid targets in the toolkit: config.json facts (module_utils/dflash_model.py), what validation refuses
+and the radix-cache rule (roles/dflash_instances/vars/main.yml: hybrid-spec-radix-extra-buffer)."""
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import dflash_instances as di
+import dflash_model as dm
+import pytest
+from test_instances import CT200_FACTS, DRAFT, MODEL, good, validate
+from test_rules import CT129, CT200, PROBE_GOOD, RULES, plan
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+import make_models
+
+LAB_HYBRID = (ROOT / "lab/models/Qwen3.6-27B/config.json").read_text()
+LAB_DENSE = (ROOT / "lab/models/Qwen3-32B/config.json").read_text()
+QWEN3_NEXT = json.dumps({"architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 48,
+                         "full_attention_interval": 4, "linear_key_head_dim": 128})  # fmt: skip
+
+
+def facts_with_target(text, path=MODEL):
+    facts = copy.deepcopy(CT200_FACTS)
+    facts["targets"] = {path: dm.target_facts(text)}
+    return facts
+
+
+def test_the_lab_target_is_the_seeds_hybrid():
+    f = dm.target_facts(LAB_HYBRID)
+    assert f["architecture"] == "Qwen3_5ForConditionalGeneration" and f["hybrid"] is True
+    assert f["linear_attention"] == "gated_deltanet"
+    assert (f["layers"], f["linear_layers"], f["full_attention_interval"]) == (64, 48, 4)
+    assert f["mamba_ssm_dtype"] == "float32" and f["error"] is None
+    d = dm.target_facts(LAB_DENSE)
+    assert d["architecture"] == "Qwen3ForCausalLM" and d["hybrid"] is False and d["linear_attention"] is None
+
+
+@pytest.mark.parametrize(("text", "arch", "hybrid", "linear"), [
+    (QWEN3_NEXT, "Qwen3NextForCausalLM", True, 36),  # no layer_types: sglang's interval rule
+    (json.dumps({"architectures": ["Qwen3_5ForCausalLM"], "num_hidden_layers": 8,
+                 "layer_types": ["linear_attention"] * 3 + ["full_attention"]}), "Qwen3_5ForCausalLM", True, 3),
+    (json.dumps({"architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 4,
+                 "layer_types": ["mamba", "attention", "mamba", "mamba"]}), "NemotronHForCausalLM", True, 3),
+])  # fmt: skip
+def test_other_hybrids(text, arch, hybrid, linear):
+    f = dm.target_facts(text)
+    assert (f["architecture"], f["hybrid"], f["linear_layers"]) == (arch, hybrid, linear)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_unreadable_config(text):
+    assert dm.target_facts(text)["error"]
+
+
+def test_the_scaled_down_gpu_hybrids_are_the_same_family():
+    cfgs = make_models.model_configs((16,), ("hybrid", "hybrid-rw"))
+    for name in ("hybrid", "hybrid-rw"):
+        f = dm.target_facts(json.dumps(cfgs[name]))
+        t = cfgs[name]["text_config"]
+        assert f["hybrid"] and f["linear_attention"] == "gated_deltanet"
+        assert t["layer_types"][3::4] == ["full_attention"] * (t["num_hidden_layers"] // 4)
+        assert (t["head_dim"], t["linear_key_head_dim"], t["linear_value_head_dim"], t["linear_conv_kernel_dim"],
+                t["attn_output_gate"], t["mamba_ssm_dtype"]) == (256, 128, 128, 4, True, "float32")  # fmt: skip
+
+
+# ------------------------------------------------------------------ validation
+
+
+def test_ddtree_tree_and_shadow_linear_on_the_hybrid_pass():
+    facts = facts_with_target(LAB_HYBRID)
+    for ddtree in ({"budget": 15, "topk": 8}, {"mode": "shadow-linear"}):
+        assert validate([good(algorithm="DDTREE", ddtree=ddtree)], facts=facts) == []
+    assert validate([good()], facts=facts) == []
+
+
+@pytest.mark.parametrize(("inst", "field", "words"), [
+    (good(algorithm="DDTREE", extra_args=["--linear-attn-decode-backend", "flashinfer"]), "extra_args",
+     "FlashInfer's Gated DeltaNet verify kernel cannot follow a tree"),
+    (good(algorithm="DDTREE", pin_flags={"--linear-attn-backend": "flashinfer"}), "extra_args",
+     "--linear-attn-backend flashinfer"),
+    (good(extra_args=["--mamba-scheduler-strategy", "no_buffer"]), "extra_args",
+     "refuses speculative decoding on the hybrid Qwen3_5ForConditionalGeneration"),
+])  # fmt: skip
+def test_what_cannot_work_is_refused_naming_host_instance_field_and_remedy(inst, field, words):
+    errors = validate([inst], facts=facts_with_target(LAB_HYBRID))
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"ct200: instance 'dflash-gpu1': field '{field}'") and words in errors[0]
+    assert "drop the flag" in errors[0]
+
+
+def test_what_can_work_is_not_refused():
+    facts = facts_with_target(LAB_HYBRID)
+    ok = [
+        good(algorithm="DDTREE", ddtree={"mode": "shadow-linear"}, extra_args=["--linear-attn-backend", "flashinfer"]),
+        good(extra_args=["--mamba-scheduler-strategy", "no_buffer", "--disable-radix-cache"]),
+        good(extra_args=["--disable-radix-cache"]),
+    ]
+    for inst in ok:
+        assert validate([inst], facts=facts) == [], inst
+    # the same flags on a dense target are sglang's business, not a hybrid refusal
+    dense = facts_with_target(LAB_DENSE)
+    assert validate([good(algorithm="DDTREE", extra_args=["--linear-attn-backend", "flashinfer"])], facts=dense) == []
+
+
+def test_tree_mode_on_a_non_gated_deltanet_hybrid_is_refused():
+    text = json.dumps({"architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 4,
+                       "layer_types": ["mamba", "attention", "mamba", "mamba"]})  # fmt: skip
+    errors = validate([good(algorithm="DDTREE")], facts=facts_with_target(text))
+    assert len(errors) == 1 and "field 'ddtree.mode'" in errors[0] and "shadow-linear" in errors[0]
+
+
+def test_unreadable_target_config_is_an_error():
+    errors = validate([good()], facts=facts_with_target("{"))
+    assert errors and "field 'model_path': cannot read the target's config.json" in errors[0]
+
+
+def test_gather_host_facts_reads_the_target_config(tmp_path):
+    (tmp_path / "proc" / "net").mkdir(parents=True)
+    (tmp_path / "proc" / "mounts").write_text("")
+    model, staged = tmp_path / "m", tmp_path / "persistent"
+    model.mkdir()
+    staged.mkdir()
+    (model / "config.json").write_text(LAB_HYBRID)
+    (staged / "config.json").write_text(LAB_DENSE)
+    hf = di.gather_host_facts([{"name": "a", "model_path": str(model)},
+                               {"name": "b", "model_path": str(tmp_path / "absent"), "model_source": str(staged)}],
+                              unit_dir=str(tmp_path), proc=str(tmp_path / "proc"))  # fmt: skip
+    assert hf["targets"][str(model)]["hybrid"] is True
+    assert hf["targets"][str(staged)]["hybrid"] is False  # the staged copy stands in for the absent model_path
+    assert str(tmp_path / "absent") not in hf["targets"]
+
+
+# ------------------------------------------------------------------ the rule
+
+
+def rules_of(p):
+    return {r["rule"]: r for r in p["applied"]}, {r["rule"]: r for r in p["skipped"]}
+
+
+@pytest.mark.parametrize("algo", ["DFLASH", "DDTREE"])
+def test_speculative_instances_on_a_hybrid_get_extra_buffer_with_the_reason(algo):
+    hf = {"targets": {MODEL: dm.target_facts(LAB_HYBRID)}}
+    p = plan(good(algorithm=algo, gpus=[0], port=30000), CT129, PROBE_GOOD, host_facts=hf)
+    applied, _ = rules_of(p)
+    rule = applied["hybrid-spec-radix-extra-buffer"]
+    assert rule["flags"] == ["--mamba-scheduler-strategy", "extra_buffer"]
+    assert "Qwen3_5ForConditionalGeneration is a hybrid target" in rule["reason"]
+    i = p["args"].index("--mamba-scheduler-strategy")
+    assert p["args"][i + 1] == "extra_buffer"
+
+
+def test_the_rule_stands_down_without_radix_cache_or_speculation_or_on_dense():
+    hf = {"targets": {MODEL: dm.target_facts(LAB_HYBRID)}}
+    p = plan(good(extra_args=["--disable-radix-cache"]), CT200, PROBE_GOOD, host_facts=hf)
+    applied, skipped = rules_of(p)
+    assert "hybrid-spec-radix-extra-buffer" not in applied
+    assert "radix cache is off" in skipped["hybrid-spec-radix-extra-buffer"]["reason"]
+    assert "--mamba-scheduler-strategy" not in p["args"]
+    p = plan(good(algorithm="NONE", draft_model_path=None), CT200, PROBE_GOOD, host_facts=hf)
+    assert "hybrid-spec-radix-extra-buffer" not in rules_of(p)[0]
+    p = plan(good(), CT200, PROBE_GOOD, host_facts={"targets": {MODEL: dm.target_facts(LAB_DENSE)}})
+    assert "hybrid-spec-radix-extra-buffer" not in rules_of(p)[0]
+
+
+def test_unknown_target_facts_leave_the_rule_unevaluated():
+    p = plan(good(), CT200, PROBE_GOOD, host_facts={})
+    _, skipped = rules_of(p)
+    assert "unknown" in skipped["hybrid-spec-radix-extra-buffer"]["reason"]
+    assert di.check_rules_table(RULES) == []
+
+
+def test_draft_stays_valid_beside_the_hybrid():
+    facts = facts_with_target(LAB_HYBRID)
+    assert validate([good(algorithm="DDTREE", draft_model_path=DRAFT)], facts=facts) == []
+
+
+def test_the_gpu_inventory_deploys_ddtree_b15_k8_on_the_hybrid(tmp_path):
+    """inventory/gpu: what the lead's deploy.yml run on the H200 renders (models from make_models.py)."""
+    import yaml
+    from test_rules import H200
+
+    inv = yaml.safe_load((ROOT / "inventory/gpu/group_vars/all/main.yml").read_text())
+    [inst] = inv["dflash_instances"]
+    paths = make_models.write_configs(str(tmp_path), (16,), ("hybrid",))
+    target_cfg = Path(paths["hybrid"], "config.json").read_text()
+    draft_cfg = Path(paths["hybrid-draft"], "config.json").read_text()
+    facts = {"listeners": [], "paths": {p: {"exists": True, "isdir": True, "tmpfs": False}
+                                        for p in (inst["model_path"], inst["draft_model_path"])},
+             "drafts": {inst["draft_model_path"]: dict(zip(("block_size", "block_size_source", "error"),
+                                                           di.draft_block_size(draft_cfg), strict=True))},
+             "targets": {inst["model_path"]: dm.target_facts(target_cfg)}}  # fmt: skip
+    assert di.validate_instances("localhost", [inst], H200, facts, [r["name"] for r in RULES]) == []
+    probe = {**PROBE_GOOD, "sgl_kernel": {"fa3": False}}
+    p = plan(inst, H200, probe, host_facts=facts)
+    args = " ".join(p["args"])
+    assert "--speculative-algorithm DDTREE" in args and "--speculative-ddtree-budget 15" in args
+    assert "--speculative-ddtree-topk 8" in args and "--mamba-scheduler-strategy extra_buffer" in args
+    assert p["args"][p["args"].index("--attention-backend") + 1] == "triton"  # the pin beats sm90-without-fa3

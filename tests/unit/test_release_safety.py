@@ -1,0 +1,84 @@
+"""Releases never take an instance off the host unless asked, and leave nothing loose under the prefix:
+the absent-instance plan, carrying kept instances into a new release, staging left-overs, world-writable
+files, Ansible temp dirs of an earlier boot."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import dflash_activation as act
+import dflash_release as rel
+
+LAYERS = [{"name": "lab", "path": "/opt/dflash/layers/lab-1", "hash": "1", "parent": None, "python": "/usr/bin/python3"}]
+CUR = {"id": "r1", "instances": {"old": {"args": ["--port", "30001"]}, "keep": {"args": ["--port", "30002"]}}}
+UNITS = ["dflash-old.service", "dflash-keep.service", "dflash-stage-keep.service", "dflash-guard.service",
+         "dflash-manual.service"]
+
+
+def flags(*names, **extra):
+    return {n: {"args": ["--model-path", "/m", "--port", str(30000 + i)], "env": {}, "applied": [], "skipped": [],
+                **extra.get(n, {})} for i, n in enumerate(names, start=1)}
+
+
+def test_absent_instances_are_kept_unless_removal_is_asked():
+    plan = rel.absent_plan(CUR, UNITS, flags("keep"))
+    assert plan["carry"] == ["old"] and plan["kept_units"] == ["dflash-manual.service"]
+    # keep no longer stages a model: its staging unit goes, its cache stays
+    assert plan["remove"] == [{"instance": "keep", "unit": "dflash-stage-keep.service", "stage_unit": False,
+                               "cache": False}]
+    assert rel.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/data/k"}))["remove"] == []
+
+
+def test_removal_by_name_and_of_everything_absent():
+    asked = rel.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/d"}), remove=["old", "nothere"])
+    assert asked["carry"] == [] and [r["instance"] for r in asked["remove"]] == ["old"]
+    assert asked["unknown"] == ["nothere"]
+    everything = rel.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/d"}), remove_absent=True)
+    assert [r["instance"] for r in everything["remove"]] == ["manual", "old"]
+    assert "guard" not in json.dumps(everything)
+
+
+def test_prepare_carries_a_kept_instance_unchanged(tmp_path):
+    prefix = str(tmp_path)
+    first = rel.prepare(prefix, LAYERS, None, flags("old", "keep"), None, "rev", False)
+    os.symlink(f"releases/{first['id']}", tmp_path / "current")
+    old_env = (tmp_path / "releases" / first["id"] / "instances" / "old.env").read_text()
+    second = rel.prepare(prefix, LAYERS, None, flags("keep", keep={"env": {"X": "1"}}), None, "rev", False)
+    assert second["carried"] == ["old"] and second["remove"] == []
+    m = second["manifest"]["instances"]
+    assert m["old"]["carried"] and m["old"]["digest"] == first["manifest"]["instances"]["old"]["digest"]
+    assert (tmp_path / "releases" / second["id"] / "instances" / "old.env").read_text() == old_env
+    assert second["changed_instances"] == ["keep"]  # old is not restarted
+    removed = rel.prepare(prefix, LAYERS, None, flags("keep", keep={"env": {"X": "1"}}), None, "rev", False,
+                          remove=["old"])
+    assert removed["carried"] == [] and [r["instance"] for r in removed["remove"]] == ["old"]
+    assert "old" not in removed["manifest"]["instances"]
+
+
+def test_prepare_sweeps_staging_and_world_writable_files(tmp_path):
+    (tmp_path / "releases" / ".tmp-20260101T000000-aaaaaaaa" / "instances").mkdir(parents=True)
+    os.symlink("releases/x", tmp_path / ".tmp-current-123")
+    lock = tmp_path / "cache" / "uv" / ".lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    os.chmod(lock, 0o666)
+    os.symlink("/tmp", tmp_path / "cache" / "link")
+    out = rel.prepare(str(tmp_path), LAYERS, None, flags("a"), None, "rev", False)
+    assert sorted(os.path.basename(p) for p in out["swept"]) == [".tmp-20260101T000000-aaaaaaaa", ".tmp-current-123"]
+    assert oct(lock.stat().st_mode & 0o777) == "0o664" and out["world_writable_fixed"] == 1
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_ansible_temp_dirs_of_an_earlier_boot(tmp_path):
+    old, new, other = tmp_path / "ansible-tmp-1-2-3", tmp_path / "ansible-tmp-4-5-6", tmp_path / "keepme"
+    for d in (old, new, other):
+        d.mkdir()
+    booted = time.time() - 60
+    os.utime(old, (booted - 3600, booted - 3600))
+    os.utime(other, (booted - 3600, booted - 3600))
+    assert act.sweep_before_boot(str(tmp_path), booted) == [str(old)]
+    assert new.exists() and other.exists()
+    assert act.sweep_before_boot(str(tmp_path), None) == []
+    assert act.boot_time() is None or act.boot_time() < time.time()
