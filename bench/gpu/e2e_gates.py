@@ -91,7 +91,7 @@ def main():
            "refused": m.group(1) if m else None, "message": m.group(2)[:2000] if m else None,
            "health_after": health, "r1_before": before.get("perf"), "r1_after": smoke_record(r1, name).get("perf")}
     ok = (rc != 0 and m is not None and "gate perf.tokens_per_s failed" in m.group(2) and after == r1
-          and health == 200 and "rolled back" in flat)
+          and health == 200 and f"put back: current -> {r1}" in flat)  # the rescue's words (revert.yml)
     res["verdict"] = "as expected: refused by the perf gate and rolled back" if ok else "NOT as expected"
     with open(os.path.join(a.out, "gates.json"), "w", encoding="utf-8") as fh:
         json.dump(res, fh, indent=1)
