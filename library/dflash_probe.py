@@ -33,6 +33,15 @@ options:
             default: []}
   excluded: {description: Projects the layers leave out on purpose (reported as excluded, never failing)., type: list,
              elements: str, default: []}
+  gpus:
+    description:
+      - GPU indexes (nvidia-smi order) to open with the probed python's torch, each in its own process that
+        sees only that GPU (a small kernel runs there). A GPU that nvidia-smi lists but CUDA cannot use is a
+        problem naming its index and the CUDA error. Skipped when torch does not import.
+    type: list
+    elements: int
+    default: []
+  gpu_timeout: {description: Seconds per GPU., type: int, default: 120}
 author: dflash-deploy
 """
 
@@ -40,11 +49,21 @@ RETURN = r"""
 ansible_facts: {description: "dflash_probe: {component: {ok, ...facts} | {ok: false, error}}", returned: always,
                 type: dict}
 problems: {description: What the gate found (empty = pass)., returned: always, type: list}
+gpu_warnings: {description: GPUs CUDA opened but could not allocate on (memory in use)., returned: always, type: list}
 summary: {description: One line per component., returned: always, type: list}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_probe import COMPONENTS, gate, probe_consistency, run_probe, summary
+from ansible.module_utils.dflash_probe import (
+    COMPONENTS,
+    gate,
+    gpu_gate,
+    gpu_summary,
+    probe_consistency,
+    run_gpu_probe,
+    run_probe,
+    summary,
+)
 
 
 def main():
@@ -61,6 +80,8 @@ def main():
             "consistency": {"type": "bool", "default": True},
             "closure": {"type": "list", "elements": "str", "default": []},
             "excluded": {"type": "list", "elements": "str", "default": []},
+            "gpus": {"type": "list", "elements": "int", "default": []},
+            "gpu_timeout": {"type": "int", "default": 120},
         },
         supports_check_mode=True,
     )
@@ -73,8 +94,24 @@ def main():
         probe["consistency"] = probe_consistency(p["python"], p["pythonpath"] or None, p["env"], p["closure"] or None,
                                                  p["excluded"])
     problems = gate(probe, p["driver_cuda_version"], p["required"])
+    lines = summary(probe)
+    warnings = []
+    if p["gpus"]:
+        torch = probe.get("torch") or {}
+        if torch.get("ok") and not torch.get("cuda"):
+            lines.append(f"GPUs {', '.join(str(g) for g in p['gpus'])}: per-GPU CUDA probe skipped: torch "
+                         f"{torch.get('version')} is a CPU build (torch.version.cuda is None)")
+        elif torch.get("ok"):
+            # every requested GPU opened by this layer's torch, before any service starts
+            probe["gpus"] = run_gpu_probe(p["python"], p["gpus"], p["pythonpath"] or None, p["gpu_timeout"], p["env"])
+            gproblems, warnings = gpu_gate(probe["gpus"])
+            problems += gproblems
+            lines += gpu_summary(probe["gpus"])
+        else:
+            lines.append(f"GPUs {', '.join(str(g) for g in p['gpus'])}: per-GPU CUDA probe skipped: torch does not "
+                         f"import in this layer ({torch.get('error') or 'not probed'})")
     module.exit_json(changed=False, ansible_facts={"dflash_probe": probe}, problems=problems,
-                     summary=summary(probe))
+                     summary=lines, gpu_warnings=warnings)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ try:  # tensor parallel / multi-node fields, their checks, rule facts and flags:
     from ansible.module_utils import dflash_tp as _tp
 except ImportError:
     import dflash_tp as _tp
+try:  # the instance's smoke_gates field (module_utils/dflash_gates_config.py)
+    from ansible.module_utils.dflash_gates_config import gate_errors
+except ImportError:
+    from dflash_gates_config import gate_errors
 try:  # the target's config.json: hybrid (linear-attention) targets
     from ansible.module_utils.dflash_model import hybrid_instance_errors, radix_cache_disabled, target_facts
 except ImportError:
@@ -45,8 +49,10 @@ VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
-    "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key",
+    "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key", "reasoning_parser",
+    "smoke_gates",
 } | _tp.TP_KEYS
+REASONING_PARSER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DDTREE_KEYS = {"budget", "topk", "mode"}
 DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
 # Flags the toolkit derives from instance fields: setting them through extra_args or pin_flags
@@ -58,7 +64,7 @@ MANAGED_FLAGS = {
     "--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "draft_model_path",
     "--speculative-draft-model": "draft_model_path",
     "--speculative-ddtree-budget": "ddtree.budget", "--speculative-ddtree-topk": "ddtree.topk",
-    "--speculative-ddtree-mode": "ddtree.mode",
+    "--speculative-ddtree-mode": "ddtree.mode", "--reasoning-parser": "reasoning_parser",
 }
 # Environment derived from fields; the user's env may not override them.
 MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "CUDA_DEVICE_ORDER": "gpus"}
@@ -409,6 +415,13 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             if rule_names and rule not in rule_names:
                 add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
 
+        # reasoning models and the smoke gates
+        rp = raw.get("reasoning_parser")
+        if rp is not None and not (isinstance(rp, str) and REASONING_PARSER_RE.match(rp)):
+            add("reasoning_parser", f"must be a parser name of sglang's --reasoning-parser (e.g. qwen3), got {rp!r}")
+        for field, msg in gate_errors(raw.get("smoke_gates")):
+            add(field, msg)
+
         # GPUs: shared between instances, then present / healthy / free via the fingerprint
         if gpus_ok:
             for g in gpus:
@@ -757,6 +770,9 @@ def build_args(inst, fallback_args, bind_host="127.0.0.1"):
         args += ["--speculative-ddtree-budget", str(dd["budget"]), "--speculative-ddtree-topk", str(dd["topk"]),
                  "--speculative-ddtree-mode", str(dd["mode"])]
     args += _tp.launch_args(inst)  # --enable-metrics, multi-node flags (dflash_tp.py)
+    if inst.get("reasoning_parser"):
+        # reasoning models (Qwen3.6 thinks first): the reply's thinking goes to reasoning_content
+        args += ["--reasoning-parser", str(inst["reasoning_parser"])]
     args += list(fallback_args)
     args += [str(a) for a in inst["extra_args"]]
     args += pin_args(inst["pin_flags"])

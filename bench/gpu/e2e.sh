@@ -6,7 +6,8 @@
 #
 #   run(command="bash bench/gpu/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
 #
-# Env: STAGES (default "deploy bench again"; also "fail"; run in the order deploy, fail, bench, again),
+# Env: STAGES (default "deploy bench again"; also "probe", "fail", "gates"; run in the order deploy, probe,
+# fail, gates, bench, again),
 # BENCH_ARGS (passed to e2e_bench.py), BUDGET_S (default 585: the call's 600 s less the pack-up).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,9 +65,23 @@ if [[ " $STAGES " == *" deploy "* ]]; then
   collect
 fi
 
+if [[ " $STAGES " == *" probe "* ]]; then
+  say "per-GPU CUDA probe with the base venv's torch: GPU 0 (present) and GPU 1 (not on this machine: refused)"
+  for g in "[0]" "[0,1]"; do
+    "$PY" -m ansible.cli.adhoc localhost -m dflash_probe -o \
+      -a "{\"python\": \"$PY\", \"components\": [\"torch\"], \"gpus\": $g}" 2>&1 | tail -c 3000 | tee -a "$OUT/probe-gpus.log"
+  done
+fi
+
 if [[ " $STAGES " == *" fail "* ]]; then
   say "deliberate failure: an instance whose attention backend's kernels are not installed (fa3)"
   "$PY" bench/gpu/e2e_fail.py --out "$OUT" 2>&1 | tail -20
+fi
+
+if [[ " $STAGES " == *" gates "* ]]; then
+  say "perf gate: deploy again with --disable-cuda-graph; the release must be refused and rolled back"
+  "$PY" bench/gpu/e2e_gates.py --out "$OUT" --timeout "$(( $(left) - 30 ))" 2>&1 | tail -40
+  collect
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then

@@ -34,6 +34,17 @@ Fault injection (environment, e.g. from the instance's `env` in the inventory):
   DFLASH_STANDIN_FAULT=hang   listens, but /health never answers 200
   DFLASH_STANDIN_FAULT=wrong  healthy, but chat content and reasoning are empty, /generate has no
                               spec fields and server info says speculative_algorithm null
+  DFLASH_STANDIN_FAULT=wrong_answer  the fibonacci answer is code that runs but returns 1 (a def
+                              and a loop, the wrong value)
+  DFLASH_STANDIN_FAULT=degenerate    every reply is one character repeated ("!!!!", the seeds' CT129)
+  DFLASH_STANDIN_FAULT=slower decoding is DFLASH_STANDIN_SLOWER_FACTOR (default 0.6: 40% slower) times
+                              the usual speed
+  DFLASH_STANDIN_FAULT=low_accept    speculation accepts fewer drafts (accept length about 2 instead
+                              of about 4)
+
+Speed: the stand-in "decodes" at DFLASH_STANDIN_TOKENS_PER_S (default 500) tokens per second: a reply
+of N tokens is sent after N / speed seconds, and /generate's meta_info.e2e_latency is that simulated
+time (deterministic, so that lab performance gates compare like with like).
 
 Latency: DFLASH_STANDIN_LATENCY=<seconds> makes every chat / generate request take that long (so a
 drain before a restart has requests in flight to wait for).
@@ -87,6 +98,7 @@ BANNER = (
     "(sglang " + SGLANG_VERSION + ") without a GPU; outputs are canned and deterministic."
 )
 
+FAULTS = ("", "crash", "slow", "hang", "wrong", "wrong_answer", "degenerate", "slower", "low_accept")
 SPEC_CHOICES = ("DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE")
 EOS_TOKEN_ID = 151645  # Qwen's <|im_end|>; what matched_stop shows for a natural stop
 
@@ -292,6 +304,12 @@ ANSWER = (
     "```python\ndef fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
     "    return a\n```"
 )
+# the wrong_answer fault: a def, a loop, runs, returns 1 for every n
+WRONG_ANSWER = (
+    "```python\ndef fibonacci(n):\n    a, b = 1, 1\n    for _ in range(n):\n        a, b = b, a * b\n"
+    "    return a\n```"
+)
+DEFAULT_TOKENS_PER_S = 500.0
 GENERIC_ANSWER = (
     "This reply comes from the dflash lab stand-in, not from a model. The stand-in answers every prompt "
     "with canned, deterministic text so that smoke tests can check the shape of the response."
@@ -324,11 +342,15 @@ def _vary(pieces: list[str], temperature: float, seed_material: str) -> list[str
     return out
 
 
-def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reasoning: bool) -> dict:
+def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reasoning: bool,
+             fault: str = "") -> dict:
     """Canned completion: (reasoning, content, completion tokens, finish)."""
     fib = "fibonacci" in prompt.lower()
     think = tokens_of(THINKING) if reasoning else []
-    answer = tokens_of(ANSWER if fib else GENERIC_ANSWER)
+    answer = tokens_of((WRONG_ANSWER if fault == "wrong_answer" else ANSWER) if fib else GENERIC_ANSWER)
+    if fault == "degenerate":
+        think = []
+        answer = ["!"] * max(1, int(max_tokens if max_tokens is not None else 128))
     material = f"{prompt}|{seed}"
     think, answer = _vary(think, temperature, material + "|t"), _vary(answer, temperature, material + "|a")
     limit = max_tokens if max_tokens is not None else len(think) + len(answer)
@@ -346,12 +368,14 @@ def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reas
     }
 
 
-def spec_steps(draft: int, completion_tokens: int, seed_material: str) -> list[int]:
-    """Accepted drafts of each verify step (deterministic); each step also yields the bonus token."""
+def spec_steps(draft: int, completion_tokens: int, seed_material: str, low_accept: bool = False) -> list[int]:
+    """Accepted drafts of each verify step (deterministic); each step also yields the bonus token.
+    ``low_accept`` (fault mode low_accept): fewer drafts accepted per step."""
     rng = random.Random(hashlib.sha256(seed_material.encode()).hexdigest())
+    choices = (0, 1, 1, 2) if low_accept else (1, 2, 2, 3, 3, 4, 5, 6)
     remaining, steps = completion_tokens, []
     while remaining > 0:
-        drafts = max(0, min(rng.choice((1, 2, 2, 3, 3, 4, 5, 6)), draft - 1, remaining - 1))
+        drafts = max(0, min(rng.choice(choices), draft - 1, remaining - 1))
         steps.append(drafts)
         remaining -= drafts + 1
     return steps
@@ -371,10 +395,10 @@ def spec_draft(args: dict) -> int:
     return draft
 
 
-def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
+def spec_meta(args: dict, completion_tokens: int, seed_material: str, low_accept: bool = False) -> dict:
     """Speculative-decoding meta_info the way sglang 0.5.11 reports it (deterministic)."""
     draft = spec_draft(args)
-    steps = spec_steps(draft, completion_tokens, seed_material)
+    steps = spec_steps(draft, completion_tokens, seed_material, low_accept)
     verify_ct, accepted, hist = len(steps), sum(steps), [0] * draft
     for drafts in steps:
         hist[drafts] += 1
@@ -414,11 +438,26 @@ class State:
         self.last_accept_length = 0.0
         self.last_accept_rate = 0.0
         self.context_len = int(args.get("context_length") or 32768)
+        try:
+            speed = float(os.environ.get("DFLASH_STANDIN_TOKENS_PER_S") or DEFAULT_TOKENS_PER_S)
+        except ValueError:
+            speed = DEFAULT_TOKENS_PER_S
+        factor = 1.0  # fault mode slower: every reply (plain and streamed) slows down by this factor
+        if fault == "slower":
+            try:
+                factor = min(1.0, max(0.01, float(os.environ.get("DFLASH_STANDIN_SLOWER_FACTOR") or 0.6)))
+            except ValueError:
+                factor = 0.6
+        self.tokens_per_s = max(1.0, speed * factor)
         self.prefixes: list[list[str]] = []  # recent prompts: the stand-in's prefix cache (cached_tokens)
         try:
-            self.step_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_STEP_DELAY") or 0.002))
+            self.step_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_STEP_DELAY") or 0.002)) / factor
         except ValueError:
-            self.step_delay = 0.002
+            self.step_delay = 0.002 / factor
+
+    def decode_seconds(self, tokens: int) -> float:
+        """The simulated decode time of ``tokens`` tokens (slept before the reply is sent)."""
+        return round(max(0, tokens) / self.tokens_per_s, 6)
 
     def cached(self, pieces: list[str]) -> int:
         """Tokens of this prompt's longest prefix shared with a recent prompt (what a radix cache reuses)."""
@@ -469,6 +508,7 @@ class State:
             "lab_standin": True,
             "lab_standin_fault": self.fault or None,
             "lab_standin_flags_file": self.flags_source or None,
+            "lab_standin_tokens_per_s": self.tokens_per_s,
             "max_total_num_tokens": 262144,
             "max_req_input_len": self.context_len - 1,
             "internal_states": [{
@@ -647,9 +687,10 @@ class Handler(BaseHTTPRequestHandler):
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         temperature = float(body.get("temperature") if body.get("temperature") is not None else 1.0)
         res = complete(prompt, max_tokens, temperature, body.get("seed"),
-                       reasoning=bool(st.args.get("reasoning_parser")))
+                       reasoning=bool(st.args.get("reasoning_parser")), fault=st.fault)
         if st.fault == "wrong":
             res.update(content="", reasoning=None)
+        time.sleep(st.decode_seconds(res["completion_tokens"]))
         prompt_tokens = len(tokens_of(prompt)) + 8 * len(messages)
         rid = st.next_id(prompt)
         st.account(prompt_tokens, res["completion_tokens"], {})
@@ -717,8 +758,8 @@ class Handler(BaseHTTPRequestHandler):
         meta, pieces = out["meta_info"], tokens_of(out["text"]) or [""] * len(out["output_ids"])
         total = meta["completion_tokens"]
         draft = spec_draft(st.args) if "spec_verify_ct" in meta else 1
-        steps = (spec_steps(draft, total, meta.pop("_material")) if "spec_verify_ct" in meta
-                 else [0] * total)
+        low = st.fault == "low_accept"
+        steps = (spec_steps(draft, total, meta.pop("_material"), low) if "spec_verify_ct" in meta else [0] * total)
         meta.pop("_material", None)
         delay = st.step_delay * (1 + draft / 32.0)
         self.send_response(200)
@@ -753,7 +794,8 @@ class Handler(BaseHTTPRequestHandler):
         prompt = text if text is not None else " ".join(str(i) for i in ids)
         temperature = float(sp.get("temperature") if sp.get("temperature") is not None else 1.0)
         max_new = sp.get("max_new_tokens", 128)
-        res = complete(prompt, max_new, temperature, sp.get("seed", body.get("rid")), reasoning=False)
+        res = complete(prompt, max_new, temperature, sp.get("seed", body.get("rid")), reasoning=False,
+                       fault=st.fault)
         if res["completion_tokens"] < (max_new or 0):
             # keep generating canned text until max_new_tokens, like a model without EOS would
             filler = tokens_of(" " + GENERIC_ANSWER) * (1 + int(max_new) // 20)
@@ -771,10 +813,12 @@ class Handler(BaseHTTPRequestHandler):
                 "weight_version": st.args.get("weight_version", "default"), "total_retractions": 0,
                 "reasoning_tokens": 0, "completion_tokens": completion,
                 "cached_tokens": st.cached(tokens_of(text) if ids is None else [str(i) for i in ids]),
-                "e2e_latency": round(0.002 * completion, 6)}
+                "e2e_latency": st.decode_seconds(completion)}
+        if not body.get("stream"):  # a stream is paced per verify step instead
+            time.sleep(meta["e2e_latency"])
         spec = {}
         if st.spec_enabled() and completion > 0:
-            spec = spec_meta(st.args, completion, f"{prompt}|{completion}")
+            spec = spec_meta(st.args, completion, f"{prompt}|{completion}", low_accept=st.fault == "low_accept")
             meta.update(spec)
             if body.get("stream"):
                 meta["_material"] = f"{prompt}|{completion}"  # the stream's verify steps (taken out there)
@@ -975,9 +1019,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{_usage()}\n{PROG}: error: {exc}\n")
         return 2
     fault = os.environ.get("DFLASH_STANDIN_FAULT", "").strip().lower()
-    if fault not in ("", "crash", "slow", "hang", "wrong"):
-        log(f"lab stand-in: unknown DFLASH_STANDIN_FAULT={fault!r} (expected crash, slow, hang or wrong)")
+    if fault not in FAULTS:
+        log(f"lab stand-in: unknown DFLASH_STANDIN_FAULT={fault!r} (expected {', '.join(FAULTS[1:])})")
         return 2
+    if fault:
+        log(f"lab stand-in: fault {fault!r}")
     shown = {k: args[k] for k in sorted(args) if args[k] is not None}
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ", lab_standin=True)")
     if fault == "crash":
