@@ -25,6 +25,7 @@ packages=(
   curl               # smoke checks by hand, like the seeds' curl against /v1/chat/completions
   patch              # the patched-tree stage applies files/patches/sglang/<version>/series
   unzip xz-utils     # unarchive of wheels (.whl = zip) and .tar.xz bundles
+  prometheus         # molecule/fleet: a real Prometheus scrapes the stand-ins and the router (off by default)
 )
 
 recipe_hash="$(sha256sum "$here/build-image.sh" | cut -c1-12)"
@@ -61,6 +62,11 @@ for unit in getty@tty1.service console-getty.service getty.target \
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
 ln -sf /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
+# Prometheus is installed for molecule/fleet, not started: only the host that gets a scrape config runs it.
+# Its legacy graph page's time-zone tables (libjs-moment-timezone/data, 210 MB) go: the API and the
+# built-in UI do not use them.
+rm -f "$root/etc/systemd/system/multi-user.target.wants/prometheus.service"
+rm -rf "$root/usr/share/javascript/moment-timezone/data"
 # apt sources for the lab host (same suite as the build).
 cat >"$root/etc/apt/sources.list" <<SOURCES
 deb $mirror bookworm main

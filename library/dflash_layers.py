@@ -11,8 +11,10 @@ description:
   - Validates the layer list, hashes each layer (spec + parent's hash + interpreter, + wheel sha256s
     in wheelhouse mode), reuses a layer whose directory holds a marker with that hash (nothing is
     written then), builds a changed one in C(<prefix>/layers/.tmp-*) and renames it into place.
+  - A layer with a parent installs only what its requirements' closure needs beyond what the parent
+    already provides (module_utils/dflash_overlay); its marker records what it took from the parent.
   - C(action=inspect) only validates and reports each layer's interpreter (python version, libc,
-    machine); it never writes.
+    machine) and, for an existing venv, the distributions it provides; it never writes.
 options:
   prefix: {description: dflash prefix on the host (layers live in prefix/layers)., type: path, required: true}
   layers: {description: The dflash_venv_layers list., type: list, elements: dict, required: true}
@@ -39,6 +41,9 @@ RETURN = r"""
 layers: {description: "The dflash_layers fact: [{name, path, hash, parent, python, changed, ...}], final last.",
          returned: always, type: list}
 interpreters: {description: Per layer, the interpreter facts (action=inspect)., returned: inspect, type: dict}
+distributions: {description: "Per existing layer, what it provides: [{name, key, version, requires, ...}]
+                (action=inspect).", returned: inspect, type: dict}
+built: {description: "Per layer built now: {installed, from_parent, bytes, build_seconds}.", returned: ensure, type: dict}
 missing: {description: Wheel filenames to push (action=missing_wheels)., returned: missing_wheels, type: list}
 removed: {description: Layer directories removed (action=prune)., returned: prune, type: list}
 removed_tmp: {description: Leftover .tmp build directories removed., returned: ensure, type: list}
@@ -48,13 +53,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_layers import (
     LayerBuilder,
     LayerError,
+    default_runner,
     inspect_interpreter,
     layers_fact,
-    missing_wheels,
-    normalise_layer,
+    normalise_layers,
     prune_layers,
     validate_layers,
 )
+from ansible.module_utils.dflash_overlay import describe, view_paths
+from ansible.module_utils.dflash_wheelhouse import missing_wheels
 
 
 def main():
@@ -79,7 +86,8 @@ def main():
     )
     p = module.params
     if p["action"] == "missing_wheels":
-        wanted = [w for entries in (p["wheel_locks"] or {}).values() for w in entries]
+        wanted = [w for entries in (p["wheel_locks"] or {}).values() for w in entries
+                  if w.get("source", "layer") == "layer"]
         missing = missing_wheels(p["wheelhouse"], wanted)
         module.exit_json(changed=False, missing=missing, layers=[])
     if p["action"] == "prune":
@@ -90,18 +98,26 @@ def main():
         module.fail_json(msg="invalid dflash_venv_layers: " + "; ".join(errors), errors=errors)
 
     if p["action"] == "inspect":
-        interpreters, problems = {}, []
-        for layer in p["layers"]:
-            spec = normalise_layer(layer)
+        interpreters, distributions, problems = {}, {}, []
+        for spec in normalise_layers(p["layers"]):
             python = spec["python"] or f"{spec['existing_path']}/bin/python"
+            field = "existing_path" if spec["existing_path"] else "python"
             try:
-                interpreters[spec["name"]] = inspect_interpreter(python)
+                interp = inspect_interpreter(python, default_runner)
+                if spec["existing_path"]:
+                    distributions[spec["name"]] = describe(view_paths(python, interp["site"], default_runner))
             except (LayerError, ValueError) as exc:
-                field = "existing_path" if spec["existing_path"] else "python"
                 problems.append(f"layer {spec['name']}: {field}: {exc}")
+                continue
+            interpreters[spec["name"]] = interp
+            parent = interpreters.get(spec["parent"]) if spec["parent"] else None
+            if parent and parent["version"].split(".")[:2] != interp["version"].split(".")[:2]:
+                problems.append(f"layer {spec['name']}: python: {python} is Python {interp['version']} but its parent "
+                                f"{spec['parent']} runs Python {parent['version']}: a layer must use its parent's "
+                                "Python version (leave python out to inherit it)")
         if problems:
             module.fail_json(msg="; ".join(problems), errors=problems)
-        module.exit_json(changed=False, interpreters=interpreters, layers=[])
+        module.exit_json(changed=False, interpreters=interpreters, distributions=distributions, layers=[])
 
     builder = LayerBuilder(p["prefix"], p["uv"], check_mode=module.check_mode, cache_dir=p["cache_dir"],
                            compile_bytecode=p["compile_bytecode"], build_timeout=p["build_timeout"])
@@ -109,8 +125,10 @@ def main():
         items, changed, stale = builder.ensure(p["layers"], p["wheel_locks"], p["wheelhouse"])
     except LayerError as exc:
         module.fail_json(msg=str(exc), commands=builder.log)
+    built = {i["name"]: {k: i.get(k) for k in ("installed", "from_parent", "bytes", "build_seconds")}
+             for i in items if i.get("changed")}
     module.exit_json(changed=changed, layers=layers_fact(items), removed_tmp=stale, commands=builder.log,
-                     built=[i["name"] for i in items if i.get("changed")])
+                     built=built)
 
 
 if __name__ == "__main__":

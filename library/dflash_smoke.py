@@ -39,6 +39,21 @@ options:
     description: With O(release_dir), only these instances (default all).
     type: list
     elements: str
+  gates:
+    description:
+      - Per instance name, its C(smoke_gates) settings (output, speculative and performance gates;
+        C(module_utils/dflash_gates_config.py) lists them). Missing settings take O(gate_defaults), then
+        the built-in defaults.
+    type: dict
+    default: {}
+  gate_defaults: {description: The host's C(dflash_smoke_gates) settings., type: dict, default: {}}
+  use_gates: {description: Run the gates (false = only the generation and speculative proof)., type: bool,
+              default: true}
+  baseline_release:
+    description:
+      - The release the performance gates compare with (the one this release replaces); with
+        O(release_dir) its measurement is read from C(<releases>/<id>/smoke/<name>.json).
+    type: str
 author: dflash-deploy
 """
 
@@ -51,8 +66,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-instances: {description: Per instance record (generation, speculative, lab_standin, error)., type: dict,
-  returned: always}
+instances: {description: Per instance record (generation, speculative, perf, gates, gates_summary, lab_standin,
+  error)., type: dict, returned: always}
 failed_instances: {description: Names that failed., type: list, returned: always}
 """
 
@@ -60,6 +75,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_smoke import (
     SmokeError,
     check_named,
+    gate_argument_spec,
+    gate_options,
     instance_secret_values,
     smoke_all,
     smoke_argument_spec,
@@ -72,7 +89,7 @@ from ansible.module_utils.dflash_smoke import (
 
 def main():
     module = AnsibleModule(
-        argument_spec={**target_argument_spec(), **smoke_argument_spec("timeout")},
+        argument_spec={**target_argument_spec(), **smoke_argument_spec("timeout"), **gate_argument_spec()},
         supports_check_mode=True,
         **target_constraints(),
     )
@@ -87,9 +104,10 @@ def main():
         if module.check_mode:
             module.exit_json(changed=False, instances={}, failed_instances=[], msg="not run in check mode")
         check_named(instances)
+        gates, context = gate_options(p, instances)
     except SmokeError as exc:
         module.fail_json(msg=f"{where}{exc}")
-    results, failed, msgs = smoke_all(instances, smoke_options(p, "timeout"), p["record_dir"], where)
+    results, failed, msgs = smoke_all(instances, smoke_options(p, "timeout"), p["record_dir"], where, gates, context)
     out = {"changed": bool(p["record_dir"]), "instances": results, "failed_instances": failed}
     if failed:
         module.fail_json(msg="; ".join(msgs), **out)

@@ -76,6 +76,31 @@ options:
     description: With O(release_dir) and everything passed, record the release healthy (C(status.json)).
     type: bool
     default: false
+  gates:
+    description: Per instance name, its C(smoke_gates) settings (see C(dflash_smoke)); with O(smoke).
+    type: dict
+    default: {}
+  gate_defaults: {description: The host's C(dflash_smoke_gates) settings., type: dict, default: {}}
+  use_gates: {description: Run the smoke gates (with O(smoke))., type: bool, default: true}
+  baseline_release:
+    description: The release the performance gates compare with (the one this release replaces).
+    type: str
+  progress_interval:
+    description:
+      - Seconds between start-up progress lines (elapsed time and the server's latest start-up stage,
+        read from its log). The action plugin C(action_plugins/dflash_wait.py) waits in chunks of this
+        length and prints the lines; 0 waits in one piece.
+    type: float
+    default: 20
+  chunk_seconds:
+    description:
+      - Internal (the action plugin sets it). Return after this many seconds with C(verdict=starting),
+        the progress and O(resume) when no instance decided yet; 0 waits until the verdict.
+    type: float
+    default: 0
+  resume:
+    description: Internal. The state a chunked wait returned (restart time, restart result); no restart then.
+    type: dict
 author: dflash-deploy
 """
 
@@ -97,6 +122,9 @@ instances: {description: Per instance verdict, seconds, unit state, /health and 
 smoke: {description: Per instance smoke record (with O(smoke))., type: dict, returned: with smoke}
 timings: {description: Epoch seconds on the host of restart_at, wait_from, verdict_at and done_at., type: dict,
   returned: when the wait ran}
+progress: {description: Per instance still starting, its latest start-up stage., type: dict,
+  returned: with verdict starting (chunked wait)}
+resume: {description: What the next chunk of the wait needs., type: dict, returned: with verdict starting}
 """
 
 import os
@@ -116,6 +144,8 @@ from ansible.module_utils.dflash_smoke import (
     check_named,
     describe_failure,
     endpoint,
+    gate_argument_spec,
+    gate_options,
     health_status,
     instance_secret_values,
     journal_argv,
@@ -130,6 +160,7 @@ from ansible.module_utils.dflash_smoke import (
     unit_name,
     wait_units,
 )
+from ansible.module_utils.dflash_startup import latest_stage, progress_line
 
 try:
     from ansible.module_utils.dflash_diagnose import diagnose_text
@@ -152,6 +183,10 @@ def main():
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "log_dir": {"type": "path", "default": "/var/log/dflash"},
             "run_dir": {"type": "path", "default": "/run/dflash"},
+            **gate_argument_spec(),
+            "progress_interval": {"type": "float", "default": 20.0},
+            "chunk_seconds": {"type": "float", "default": 0.0},
+            "resume": {"type": "dict"},
         },
         supports_check_mode=True,
         **target_constraints(),
@@ -164,6 +199,7 @@ def main():
     try:
         insts_full = target_instances(p)
         check_named(insts_full)
+        gates, gate_context = gate_options(p, insts_full) if p["smoke"] else (None, {})
     except SmokeError as exc:
         module.fail_json(msg=f"{where}{exc}")
     # API keys and env-file secrets: masked in everything this module returns (Ansible's no_log values)
@@ -187,9 +223,13 @@ def main():
     else:
         systemctl = module.get_bin_path("systemctl", required=True)
         runner = None
-    since = time.time()
-    restart_out = None
-    if p["restart"] and runner:
+    resume = p["resume"] or {}
+    since = float(resume.get("since") or time.time())
+    restart_out = resume.get("restart")
+    restarted = bool(resume.get("restarted", p["restart"]))
+    if resume:
+        pass  # a later chunk of the same wait: the units were restarted (or not) by the first one
+    elif p["restart"] and runner:
         restart_out = runner.restart([i["unit"] for i in insts])
     elif p["restart"]:
         # a unit that cannot even start (missing EnvironmentFile, bad ExecStart) makes this fail;
@@ -207,10 +247,29 @@ def main():
         return parse_show(out) if rc == 0 else {"LoadState": "error"}
 
     # a manual restart resets NRestarts; without one, restarts from before this wait do not count
-    baseline = 0 if p["restart"] else {i["unit"]: show(i["unit"]).get("NRestarts") or 0 for i in insts}
+    if "baseline" in resume:
+        baseline = resume["baseline"]
+    else:
+        baseline = 0 if restarted else {i["unit"]: show(i["unit"]).get("NRestarts") or 0 for i in insts}
     t_wait = time.time()
-    res = wait_units(insts, show=show, health=health_status, timeout=p["timeout"], interval=p["interval"],
-                     baseline_restarts=baseline)
+    offset = max(0.0, t_wait - since)  # seconds of earlier chunks (and the restart)
+    left = max(0.05, p["timeout"] - offset)
+    chunk = p["chunk_seconds"] if p["chunk_seconds"] and p["chunk_seconds"] > 0 else None
+    res = wait_units(insts, show=show, health=health_status, timeout=min(left, chunk) if chunk else left,
+                     interval=p["interval"], baseline_restarts=baseline)
+    _shift(res, offset)
+    if res["verdict"] == "timeout" and chunk and chunk < left:
+        # not decided in this chunk: say where each pending instance is, the action plugin asks again
+        journalctl = module.get_bin_path("journalctl")
+        progress = {}
+        for inst in insts:
+            if res["instances"][inst["name"]]["verdict"] in ("timeout", "starting"):
+                text = runner.log_text(inst["unit"]) if runner else journal_tail(module, journalctl, inst["unit"], since)
+                progress[inst["name"]] = progress_line(inst["name"], time.time() - since, p["timeout"],
+                                                       latest_stage(text))
+        module.exit_json(changed=restarted, verdict="starting", seconds=round(time.time() - since, 3),
+                         failed_instances=[], instances={}, progress=progress,
+                         resume={"since": since, "restart": restart_out, "restarted": restarted, "baseline": baseline})
     verdict_at = time.time()
     msgs = []
     journalctl = module.get_bin_path("journalctl")
@@ -231,7 +290,7 @@ def main():
     result = {
         # epoch seconds on the host: restart issued, polling started, verdict reached, module done
         "timings": {"restart_at": since, "wait_from": t_wait, "verdict_at": verdict_at, "done_at": time.time()},
-        "changed": p["restart"],
+        "changed": restarted,
         "verdict": res["verdict"],
         "seconds": res["seconds"],
         "failed_instances": res["failed"],
@@ -241,8 +300,9 @@ def main():
     if res["verdict"] != "healthy":
         module.fail_json(msg="; ".join(msgs) or f"{where}wait: {res['verdict']}", **result)
     if p["smoke"]:
-        # generation + speculative proof in the same module call (one transport round trip less)
-        smoke, failed, smsgs = smoke_all(insts_full, smoke_options(p, "smoke_timeout"), p["record_dir"], where)
+        # generation + speculative proof + gates in the same module call (one transport round trip less)
+        smoke, failed, smsgs = smoke_all(insts_full, smoke_options(p, "smoke_timeout"), p["record_dir"], where,
+                                         gates, gate_context)
         result["smoke"] = smoke
         result["failed_instances"] = failed
         if failed:
@@ -257,6 +317,24 @@ def main():
         except ReleaseError as exc:
             module.fail_json(msg=f"{where}{exc}", **result)
     module.exit_json(**result)
+
+
+def _shift(res, offset):
+    """Seconds of a later chunk counted from the restart."""
+    if offset <= 0:
+        return
+    res["seconds"] = round(res["seconds"] + offset, 3)
+    for st in res["instances"].values():
+        if st.get("seconds") is not None:
+            st["seconds"] = round(st["seconds"] + offset, 3)
+
+
+def journal_tail(module, journalctl, unit, since, lines=400):
+    """The unit's journal since the restart (its tail): where the start-up is."""
+    if not journalctl:
+        return ""
+    _rc, out, _err = module.run_command(journal_argv(unit, since, lines))
+    return out
 
 
 class RunnerBackend:
@@ -287,6 +365,16 @@ class RunnerBackend:
         if not os.path.exists(path):
             return {"LoadState": "not-found"}
         return runner_show(pidfile)
+
+    def log_text(self, unit, max_bytes=256 * 1024):
+        """The log since the last start (its tail)."""
+        _path, log, _pid = self._paths(unit)
+        try:
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                fh.seek(max(0, os.path.getsize(log) - max_bytes))
+                return log_since_last_start(fh.read())
+        except OSError:
+            return ""
 
     def diagnose(self, unit):
         _path, log, _pid = self._paths(unit)

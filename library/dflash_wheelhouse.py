@@ -8,10 +8,13 @@ DOCUMENTATION = r"""
 module: dflash_wheelhouse
 short_description: Resolve, lock and download the layers' wheels for a host's platform, once
 description:
-  - Runs on the controller (delegate_to localhost). For each layer and its host's target (python
-    version, machine, glibc) it resolves once with C(uv pip compile --format pylock.toml) and writes
-    a lock (name, version, filename, url, sha256) under C(dir/locks/); wheels go to C(dir/files/)
-    and every wheel's sha256 is checked on reuse (a corrupt one is downloaded again).
+  - Runs on the controller (delegate_to localhost). Layers are taken in order, parents first; each is
+    resolved once for its host's target (python version, machine, glibc) with C(uv pip compile
+    --format pylock.toml), with what its parent provides offered to the resolver (an existing venv's
+    distributions as the host described them, a built parent's from its locked wheels). The lock
+    (C(dir/locks/)) lists the whole closure, each member from the C(parent) or the C(layer) (name,
+    version, filename, url, sha256); only the layer's wheels go to C(dir/files/), and every wheel's
+    sha256 is checked on reuse (a corrupt one is downloaded again).
   - With C(uv_version) it also locks the uv wheel for the host and extracts its binary to
     C(dir/uv/<version>-<machine>/uv) for pushing.
 options:
@@ -19,6 +22,8 @@ options:
   layers: {description: The dflash_venv_layers list., type: list, elements: dict, default: []}
   interpreters: {description: "Per layer name, its host interpreter facts (dflash_layers action=inspect).",
                  type: dict, default: {}}
+  distributions: {description: "Per existing layer name, the distributions it provides (dflash_layers
+                  action=inspect).", type: dict, default: {}}
   uv_command: {description: The controller's uv command (argv list)., type: list, elements: str, default: [uv]}
   uv_version: {description: Pinned uv version to lock and extract for the host., type: str}
   uv_target: {description: "{arch, glibc} of the host for the uv binary.", type: dict}
@@ -28,8 +33,10 @@ author: dflash-deploy
 """
 
 RETURN = r"""
-locks: {description: Per layer name the locked wheels., returned: always, type: dict}
-files: {description: Sorted unique wheel filenames the host needs., returned: always, type: list}
+locks: {description: "Per layer name its locked closure (source parent|layer; layer members with their wheel).",
+        returned: always, type: dict}
+files: {description: Sorted unique wheel filenames the host needs (the layers' own members)., returned: always,
+        type: list}
 downloaded: {description: Wheels downloaded by this run., returned: always, type: list}
 bundle_path: {description: Controller path of the tar of the wheels to push., returned: with bundle, type: str}
 uv_binary: {description: Controller path of the extracted uv binary., returned: with uv_version, type: str}
@@ -38,15 +45,9 @@ uv_binary: {description: Controller path of the extracted uv binary., returned: 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_layers import (
-    LayerError,
-    bundle_wheels,
-    ensure_wheelhouse,
-    extract_uv_binary,
-    normalise_layer,
-    target_from_interpreter,
-    validate_layers,
-)
+from ansible.module_utils.dflash_layers import normalise_layer, normalise_layers, validate_layers
+from ansible.module_utils.dflash_wheelhouse import bundle_wheels, ensure_wheelhouse, extract_uv_binary
+from ansible.module_utils.dflash_wheels import LayerError, target_from_interpreter
 
 
 def main():
@@ -55,6 +56,7 @@ def main():
             "dir": {"type": "path", "required": True},
             "layers": {"type": "list", "elements": "dict", "default": []},
             "interpreters": {"type": "dict", "default": {}},
+            "distributions": {"type": "dict", "default": {}},
             "uv_command": {"type": "list", "elements": "str", "default": ["uv"]},
             "uv_version": {"type": "str"},
             "uv_target": {"type": "dict"},
@@ -74,19 +76,18 @@ def main():
     out = {"locks": {}, "downloaded": [], "resolved": [], "redownloaded": [], "lock_files": {}, "bytes": 0}
     changed = False
     try:
-        by_target = {}
-        for layer in p["layers"]:
-            spec = normalise_layer(layer)
-            if spec["existing_path"] or not spec["requirements"]:
+        specs = normalise_layers(p["layers"]) if p["layers"] else []
+        targets = {}
+        for spec in specs:
+            if spec["existing_path"]:
                 continue
             interp = p["interpreters"].get(spec["name"])
             if not interp:
                 module.fail_json(msg=f"layer {spec['name']}: no interpreter facts given (run action=inspect first)")
-            target = target_from_interpreter(interp)
-            key = tuple(sorted((k, str(v)) for k, v in target.items()))
-            by_target.setdefault(key, (target, []))[1].append(spec)
-        for target, specs in by_target.values():
-            res = ensure_wheelhouse(p["dir"], specs, target, p["uv_command"], check_mode=module.check_mode)
+            targets[spec["name"]] = target_from_interpreter(interp)
+        if specs:
+            res = ensure_wheelhouse(p["dir"], specs, targets, p["distributions"], p["uv_command"],
+                                    check_mode=module.check_mode)
             changed |= res["changed"]
             for key in ("locks", "lock_files"):
                 out[key].update(res[key])
@@ -99,7 +100,8 @@ def main():
                          "implementation": "cp"}
             uv_spec = normalise_layer({"name": "uv", "python": "python3", "no_deps": True,
                                        "requirements": [f"uv=={p['uv_version']}"]})
-            res = ensure_wheelhouse(p["dir"], [uv_spec], uv_target, p["uv_command"], check_mode=module.check_mode)
+            res = ensure_wheelhouse(p["dir"], [uv_spec], {"uv": uv_target}, {}, p["uv_command"],
+                                    check_mode=module.check_mode)
             changed |= res["changed"]
             out["downloaded"] += res["downloaded"]
             entries = res["locks"].get("uv")
@@ -111,7 +113,8 @@ def main():
             out["uv_binary"] = dest
     except LayerError as exc:
         module.fail_json(msg=str(exc), **out)
-    out["files"] = sorted({e["filename"] for entries in out["locks"].values() for e in entries})
+    out["files"] = sorted({e["filename"] for entries in out["locks"].values() for e in entries
+                           if e.get("source", "layer") == "layer"})
     module.exit_json(changed=changed, **out)
 
 

@@ -27,6 +27,11 @@ import os
 import re
 from dataclasses import dataclass, field
 
+try:  # the start-up causes after the imports (incompatible options, hybrid targets, graph capture)
+    from ansible.module_utils import dflash_diagnose_startup as _startup
+except ImportError:
+    import dflash_diagnose_startup as _startup
+
 CAUSES = (
     "missing_module",
     "kernel_abi",
@@ -39,6 +44,7 @@ CAUSES = (
     "no_kernel_image",
     "driver_too_old",
     "bad_server_args",
+    *_startup.CAUSES,
     "unknown",
 )
 
@@ -564,6 +570,11 @@ RULES: list[Rule] = [
          "shadows the installed package"),
 ]
 
+RULES += [
+    Rule(name, cause, prio, _rx(pattern), summary, remedy, weak, _rx(unless) if unless else None)
+    for name, cause, prio, pattern, summary, remedy, weak, unless in _startup.ROWS
+]
+
 # Cheap pre-check before the rule table: a line without any of these (lower-case) words matches no
 # rule (plain substring tests are much faster than one big case-insensitive regex).
 _RULE_KEYWORDS = (
@@ -580,6 +591,7 @@ _RULE_KEYWORDS = (
     "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
     "infer device type", "no platform detected", "peer access",
     "error: unrecognized arguments", "error: argument ", "error: ambiguous option", "arguments are required",
+    *_startup.KEYWORDS,
 )
 
 
@@ -1109,6 +1121,8 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
         f["nccl_remedy"] = _nccl_remedy(seg_text)
     if match.rule.cause == "cuda_oom":
         f.update(_oom_details(seg_text, facts, match, lines))
+    if match.rule.cause in _startup.CAUSES:
+        f.update(_startup.fill(g, facts, seg_text))
     return f
 
 

@@ -32,6 +32,10 @@ try:  # the unit of a process (cgroup, or runner-managed on hosts without system
     from ansible.module_utils.dflash_runner import process_unit
 except ImportError:
     from dflash_runner import process_unit
+try:  # nvidia-smi topo -m / -p2p r (dflash_topo.py)
+    from ansible.module_utils.dflash_topo import TOPO_FILES, collect_topology, parse_topology
+except ImportError:
+    from dflash_topo import TOPO_FILES, collect_topology, parse_topology
 
 
 # ----------------------------------------------------------------------------------------------
@@ -46,7 +50,7 @@ FILES = (
     "nvidia-smi.txt", "nvidia-smi-query.csv", "nvidia-smi-apps.csv", "nvidia-smi-q.xml",
     "proc-driver-nvidia-version.txt", "nvcc-version.txt", "torch.json", "os-release",
     "glibc-version.txt", "cuda-toolkits.json", "capture-meta.json",
-)
+) + tuple(TOPO_FILES)
 
 # NVIDIA, "CUDA Toolkit and Corresponding Driver Versions" (CUDA Toolkit release notes, Table 3,
 # https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html): minimum Linux x86_64
@@ -1030,6 +1034,7 @@ def _fingerprint_from_raw(raw: dict) -> dict:
         "sources": sources,
         "null_reasons": null_reasons,
         "problems": problems,
+        "topology": parse_topology(raw.get("nvidia-smi-topo.txt"), raw.get("nvidia-smi-topo-p2p.txt")),
     }
 
 
@@ -1151,6 +1156,7 @@ def collect_raw(venv_python=None, proc_version_path="/proc/driver/nvidia/version
                 meta["errors"].pop("nvidia-smi-query.csv", None)
         record("nvidia-smi-apps.csv", [smi, f"--query-compute-apps={APPS_FIELDS}", "--format=csv,noheader,nounits"])
         record("nvidia-smi-q.xml", [smi, "-q", "-x"])
+        raw.update(collect_topology(smi, lambda argv: _run(argv, timeout=timeout)))
         pids = {p["pid"] for p in parse_apps_csv(raw.get("nvidia-smi-apps.csv"))}
         pids |= {p["pid"] for p in parse_smi_table(raw.get("nvidia-smi.txt"))["processes"]}
         units = {str(pid): process_unit(pid) for pid in sorted(p for p in pids if p)}

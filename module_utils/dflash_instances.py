@@ -19,6 +19,14 @@ try:  # the unit of a process (cgroup, or runner-managed on hosts without system
     from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
 except ImportError:
     from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
+try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
+    from ansible.module_utils import dflash_tp as _tp
+except ImportError:
+    import dflash_tp as _tp
+try:  # the instance's smoke_gates field (module_utils/dflash_gates_config.py)
+    from ansible.module_utils.dflash_gates_config import gate_errors
+except ImportError:
+    from dflash_gates_config import gate_errors
 try:  # the target's config.json: hybrid (linear-attention) targets
     from ansible.module_utils.dflash_model import hybrid_instance_errors, radix_cache_disabled, target_facts
 except ImportError:
@@ -41,8 +49,10 @@ VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
-    "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key",
-}
+    "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key", "reasoning_parser",
+    "smoke_gates",
+} | _tp.TP_KEYS
+REASONING_PARSER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DDTREE_KEYS = {"budget", "topk", "mode"}
 DDTREE_DEFAULTS = {"budget": 15, "topk": 8, "mode": "tree"}
 # Flags the toolkit derives from instance fields: setting them through extra_args or pin_flags
@@ -54,7 +64,7 @@ MANAGED_FLAGS = {
     "--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "draft_model_path",
     "--speculative-draft-model": "draft_model_path",
     "--speculative-ddtree-budget": "ddtree.budget", "--speculative-ddtree-topk": "ddtree.topk",
-    "--speculative-ddtree-mode": "ddtree.mode",
+    "--speculative-ddtree-mode": "ddtree.mode", "--reasoning-parser": "reasoning_parser",
 }
 # Environment derived from fields; the user's env may not override them.
 MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "CUDA_DEVICE_ORDER": "gpus"}
@@ -121,7 +131,7 @@ def effective_instance(inst):
     out = dict(inst)
     gpus = inst.get("gpus") if isinstance(inst.get("gpus"), list) else []
     if out.get("tp") is None:
-        out["tp"] = len(gpus)
+        out["tp"] = len(gpus) * _tp.nnodes_of(inst)
     out["algorithm"] = str(inst.get("algorithm") or "DFLASH").upper()
     dd = dict(DDTREE_DEFAULTS)
     if isinstance(inst.get("ddtree"), dict):
@@ -248,9 +258,10 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         tp = inst.get("tp")
         if not _is_int(tp) or tp < 1:
             add("tp", f"must be a positive integer, got {tp!r}")
-        elif gpus_ok and tp != len(gpus):
-            add("tp", f"tp {tp} does not match the {len(gpus)} GPU(s) {gpus}: tensor parallelism "
-                      "uses exactly one GPU per rank (set tp to len(gpus) or leave it unset)")
+        elif gpus_ok and tp != len(gpus) * _tp.nnodes_of(raw):
+            add("tp", f"tp {tp} does not match the {len(gpus)} GPU(s) {gpus}"
+                      f"{f' x nnodes {_tp.nnodes_of(raw)}' if _tp.nnodes_of(raw) > 1 else ''}: tensor parallelism "
+                      "uses exactly one GPU per rank (set tp to len(gpus) x nnodes or leave it unset)")
 
         # port
         port = raw.get("port")
@@ -404,6 +415,13 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             if rule_names and rule not in rule_names:
                 add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
 
+        # reasoning models and the smoke gates
+        rp = raw.get("reasoning_parser")
+        if rp is not None and not (isinstance(rp, str) and REASONING_PARSER_RE.match(rp)):
+            add("reasoning_parser", f"must be a parser name of sglang's --reasoning-parser (e.g. qwen3), got {rp!r}")
+        for field, msg in gate_errors(raw.get("smoke_gates")):
+            add(field, msg)
+
         # GPUs: shared between instances, then present / healthy / free via the fingerprint
         if gpus_ok:
             for g in gpus:
@@ -418,6 +436,8 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                                                       "unit": f"dflash-{label}.service"}]):
                     # the inventory field is allow_busy_gpus
                     add("gpus", msg.replace("allow_busy: true", "allow_busy_gpus: true"))
+        for field, msg in _tp.validate_instance(raw, inst, fingerprint, host_facts, instances):  # dflash_tp.py
+            add(field, msg)
         errors.extend(e)
     return errors
 
@@ -528,7 +548,7 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
     def fmt(v):
         return f"{v[0]}.{v[1]}" if v else None
 
-    return {
+    ctx = {
         "gpu.sm": [fmt(s) for s in sms],
         "gpu.sm_major": sorted({s[0] for s in sms}),
         "gpu.name": [g.get("name") for g in gpus],
@@ -566,6 +586,8 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "target.linear_attention": _target_facts_of(inst, hf).get("linear_attention"),
         "host.lab_standin": bool(lab_standin),
     }
+    ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_tp.py)
+    return ctx
 
 
 _OPS = ("eq", "ne", "in", "contains", "version_lt", "version_ge", "is", "set")
@@ -747,6 +769,10 @@ def build_args(inst, fallback_args, bind_host="127.0.0.1"):
         dd = inst["ddtree"]
         args += ["--speculative-ddtree-budget", str(dd["budget"]), "--speculative-ddtree-topk", str(dd["topk"]),
                  "--speculative-ddtree-mode", str(dd["mode"])]
+    args += _tp.launch_args(inst)  # --enable-metrics, multi-node flags (dflash_tp.py)
+    if inst.get("reasoning_parser"):
+        # reasoning models (Qwen3.6 thinks first): the reply's thinking goes to reasoning_content
+        args += ["--reasoning-parser", str(inst["reasoning_parser"])]
     args += list(fallback_args)
     args += [str(a) for a in inst["extra_args"]]
     args += pin_args(inst["pin_flags"])
@@ -1031,6 +1057,7 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "units": units,
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
+        "models": _tp.model_facts(instances),  # attention heads for the tp checks (dflash_tp.py)
         "current": current_instances(prefix),
         "disk": [dflash_diskspace.free_space(p) for p in space_paths or ()],
     }

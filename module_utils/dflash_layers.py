@@ -1,8 +1,9 @@
-"""Venv layers: validation, content addressing, building with uv, pruning, offline wheelhouse.
+"""Venv layers: validation, content addressing, building with uv, pruning.
 
-Pure logic with no Ansible import. The host-side module (library/dflash_layers.py) and the
-controller-side module (library/dflash_wheelhouse.py) are thin wrappers over this file; pytest
-imports it directly.
+Pure logic with no Ansible import. The host-side module (library/dflash_layers.py) is a thin
+wrapper over this file; pytest imports it directly. What a layer installs is computed
+(module_utils/dflash_overlay.py): its requirements' closure less what its parent already provides;
+the controller's offline wheelhouse is module_utils/dflash_wheelhouse.py.
 
 A layer is one venv. An overlay layer's site-packages come first on sys.path and a
 ``_dflash_parent.pth`` file appends its parent's site-packages (``site.addsitedir``, so the
@@ -10,8 +11,9 @@ parent's own .pth files, including its own parent link, are processed too): the 
 packages win, everything else is still found below it.
 
 Layer path: ``<prefix>/layers/<name>-<hash12>``, hash = sha256 over the normalised spec, the
-parent's hash, the interpreter's implementation and major.minor and, when installing from the
-wheelhouse, the sha256 of every wheel installed. A layer is built in
+parent's hash (an existing venv's hash is its freeze, so a base upgraded under us changes every
+layer above it), the interpreter's implementation and major.minor and, when installing from the
+wheelhouse, the locked closure and the sha256 of every wheel installed. A layer is built in
 ``<prefix>/layers/.tmp-<name>-<hash12>-<rand>``, its marker ``.dflash-layer.json`` written last,
 then renamed into place; only a directory holding a marker with the expected hash is trusted.
 """
@@ -28,9 +30,19 @@ import secrets
 import shutil
 import subprocess
 import time
-from urllib.parse import unquote
 
-FORMAT = 1
+try:
+    from ansible.module_utils import dflash_overlay as overlay
+    from ansible.module_utils.dflash_pep508 import canonical_name
+    from ansible.module_utils.dflash_wheels import LayerError
+except ImportError:  # pytest imports module_utils/ as plain modules
+    import dflash_overlay as overlay
+    from dflash_pep508 import canonical_name
+    from dflash_wheels import LayerError
+
+# 2: overlays are computed (closure less what the parent provides); existing venvs hashed by what
+# they expose (importlib.metadata over their site dirs and .pth links)
+FORMAT = 2
 MARKER = ".dflash-layer.json"
 PARENT_PTH = "_dflash_parent.pth"
 TMP_PREFIX = ".tmp-"
@@ -43,23 +55,15 @@ _REQ_RE = re.compile(
     r"==\s*(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$"
 )
 _CUDA_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
+_PROJECT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _KNOWN_KEYS = {
     "name", "python", "parent", "requirements", "index_url", "extra_index_urls", "find_links",
-    "no_index", "no_deps", "index_strategy", "env", "cuda", "existing_path",
+    "no_index", "no_deps", "index_strategy", "env", "cuda", "existing_path", "exclude",
 }
 _INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
 
 
-class LayerError(Exception):
-    """A layer could not be validated, resolved or built; the message names layer and field."""
-
-
 # --------------------------------------------------------------------------- specs
-
-def canonical_name(name):
-    """PEP 503 normalised project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
 
 def parse_requirement(text):
     """Parse a pinned ``name[extras]==version`` string -> (canonical name, extras tuple, version).
@@ -119,9 +123,11 @@ def validate_layers(layers):
                               "put requirements in an overlay layer")
             if layer.get("parent"):
                 errors.append(f"{where}: parent: a layer with existing_path cannot have a parent")
+        elif python is None and layer.get("parent"):
+            pass  # inherits the parent's interpreter
         elif not isinstance(python, str) or not python.strip():
             errors.append(f"{where}: python: required (an interpreter name on the host such as "
-                          "python3.12, or an absolute path)")
+                          "python3.12, or an absolute path; a layer with a parent inherits its parent's)")
         parent = layer.get("parent")
         if parent is not None and (not isinstance(parent, str) or parent not in seen
                                    or seen.get(parent) == idx):
@@ -164,15 +170,47 @@ def validate_layers(layers):
         cuda = layer.get("cuda")
         if cuda is not None and (not isinstance(cuda, str) or not _CUDA_RE.match(cuda)):
             errors.append(f"{where}: cuda: {cuda!r} must be a 'major.minor' string such as '12.8'")
+        errors += _exclude_errors(where, layer, reqs if isinstance(reqs, list) else [])
+    return errors
+
+
+def _exclude_errors(where, layer, reqs):
+    """``exclude``: [{name, reason}], projects left out of the layer's resolution, each with why."""
+    excl = layer.get("exclude")
+    if excl is None:
+        return []
+    if not isinstance(excl, list):
+        return [f"{where}: exclude: must be a list of {{name, reason}}"]
+    if layer.get("existing_path") is not None and excl:
+        return [f"{where}: exclude: a layer with existing_path is used as it is"]
+    pinned = set()
+    for req in reqs:
+        with contextlib.suppress(ValueError):
+            pinned.add(parse_requirement(req)[0])
+    errors = []
+    for idx, item in enumerate(excl):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not _PROJECT_RE.match(name):
+            errors.append(f"{where}: exclude[{idx}]: name: {name!r} must be a project name")
+        elif canonical_name(name) in pinned:
+            errors.append(f"{where}: exclude[{idx}]: {name} is one of this layer's own requirements")
+        reason = item.get("reason") if isinstance(item, dict) else None
+        if not isinstance(reason, str) or not reason.strip():
+            errors.append(f"{where}: exclude[{idx}]: reason: required (why the layer leaves it out)")
+        extra = sorted(set(item) - {"name", "reason"}) if isinstance(item, dict) else []
+        if extra:
+            errors.append(f"{where}: exclude[{idx}]: {', '.join(extra)}: unknown field (known: name, reason)")
     return errors
 
 
 def normalise_layer(layer):
-    """The canonical form of one layer spec (what the hash covers)."""
+    """The canonical form of one layer spec (what the hash covers). ``python`` is None for an
+    existing venv, and for a layer that inherits its parent's interpreter."""
     reqs = sorted(format_requirement(*parse_requirement(r)) for r in layer.get("requirements") or [])
+    python = layer.get("python")
     return {
         "name": layer["name"],
-        "python": None if layer.get("existing_path") else str(layer.get("python")).strip(),
+        "python": None if layer.get("existing_path") or python is None else str(python).strip(),
         "parent": layer.get("parent") or None,
         "requirements": reqs,
         "index_url": layer.get("index_url") or None,
@@ -184,26 +222,44 @@ def normalise_layer(layer):
         "env": {str(k): str(v) for k, v in sorted((layer.get("env") or {}).items())},
         "cuda": layer.get("cuda") or None,
         "existing_path": (layer.get("existing_path") or "").rstrip("/") or None,
+        "exclude": sorted(({"name": canonical_name(e["name"]), "reason": str(e["reason"]).strip()}
+                           for e in layer.get("exclude") or []), key=lambda e: e["name"]),
     }
 
 
-def _sha256_json(obj):
+def normalise_layers(layers):
+    """Normalised specs, parents first, each layer's interpreter filled in: its own, else its
+    parent's (an existing venv's ``bin/python``)."""
+    out, by_name = [], {}
+    for layer in layers:
+        spec = normalise_layer(layer)
+        if spec["python"] is None and not spec["existing_path"] and spec["parent"] in by_name:
+            parent = by_name[spec["parent"]]
+            spec["python"] = parent["python"] or f"{parent['existing_path']}/bin/python"
+        by_name[spec["name"]] = spec
+        out.append(spec)
+    return out
+
+
+def sha256_json(obj):
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def layer_hash(spec, parent_hash=None, interpreter=None, wheel_sha256s=None, existing_freeze=None):
+def layer_hash(spec, parent_hash=None, interpreter=None, wheel_sha256s=None, existing_freeze=None,
+               closure=None):
     """sha256 over the normalised spec + parent's hash + interpreter (implementation, major.minor)
-    + installed wheel sha256s (wheelhouse mode) + the freeze of an existing venv."""
+    + installed wheel sha256s and the locked closure (wheelhouse mode) + the freeze of an existing venv."""
     interp = None
     if interpreter:
         interp = {"implementation": interpreter.get("implementation"),
                   "version": ".".join(str(interpreter.get("version", "")).split(".")[:2])}
-    return _sha256_json({
+    return sha256_json({
         "format": FORMAT,
         "spec": spec,
         "parent_hash": parent_hash,
         "interpreter": interp,
         "wheels": sorted(wheel_sha256s) if wheel_sha256s is not None else None,
+        "closure": sorted(closure) if closure is not None else None,
         "existing": sorted(existing_freeze) if existing_freeze is not None else None,
     })
 
@@ -221,62 +277,14 @@ def parent_pth(site_dirs):
     return "".join(lines)
 
 
-def index_args(spec):
-    """uv index/find-links/strategy/no-deps arguments of a layer (no requirements)."""
-    args = []
-    if spec["no_index"]:
-        args.append("--no-index")
-    if spec["index_url"]:
-        args += ["--index-url", spec["index_url"]]
-    for url in spec["extra_index_urls"]:
-        args += ["--extra-index-url", url]
-    for link in spec["find_links"]:
-        args += ["--find-links", link]
-    if spec["index_strategy"]:
-        args += ["--index-strategy", spec["index_strategy"]]
-    if spec["no_deps"]:
-        args.append("--no-deps")
-    return args
-
-
-def requirements_args(spec, wheel_files=None):
-    """uv pip install arguments (after ``--python <venv>``) for a layer: from its index settings, or
-    exactly the locked wheel files (offline, no index, no resolution) in wheelhouse mode."""
+def install_args(spec, wheel_files=None, entries=None):
+    """uv pip install arguments (after ``--python <venv>``), never resolving: exactly the locked
+    wheel files (offline, wheelhouse mode); or the computed entries as exact pins (``===``) with the
+    layer's indexes; or, for ``no_deps``, the layer's own pins."""
     if wheel_files is not None:
         return ["--offline", "--no-index", "--no-deps", *wheel_files]
-    return index_args(spec) + list(spec["requirements"])
-
-
-def parse_freeze(text):
-    """``name==version`` lines of a freeze, canonical names, sorted."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "==" in line:
-            name, _, ver = line.partition("==")
-            out.append(f"{canonical_name(name.strip())}=={ver.strip()}")
-        else:
-            out.append(line)
-    return sorted(out)
-
-
-def dist_info_listing(site_dirs):
-    """Freeze-equivalent listing of installed distributions from *.dist-info / *.egg-info names."""
-    out = set()
-    for d in site_dirs:
-        try:
-            entries = os.listdir(d)
-        except OSError:
-            continue
-        for entry in entries:
-            for suffix in (".dist-info", ".egg-info"):
-                if entry.endswith(suffix):
-                    stem = entry[: -len(suffix)]
-                    name, _, ver = stem.partition("-")
-                    out.add(f"{canonical_name(name)}=={ver}" if ver else canonical_name(name))
-    return sorted(out)
+    pins = overlay.install_pins(entries) if entries is not None else list(spec["requirements"])
+    return [*overlay.index_args(spec), "--no-deps", *pins]
 
 
 # --------------------------------------------------------------------------- pruning
@@ -402,6 +410,10 @@ def inspect_interpreter(python, runner=default_runner, env=None):
     return facts
 
 
+def _major_minor(interp):
+    return ".".join(str(interp.get("version", "")).split(".")[:2])
+
+
 class LayerBuilder:
     """Ensure the layers under ``<prefix>/layers``; only writes when a layer must be (re)built."""
 
@@ -451,6 +463,11 @@ class LayerBuilder:
         return sorted(os.path.join(self.layers_dir, n) for n in names if n.startswith(TMP_PREFIX))
 
     # -- planning
+    def existing_view(self, python, interp):
+        """What an existing venv provides to a layer above it: (dirs, distributions)."""
+        view = overlay.view_paths(python, interp["site"], self.run)
+        return view, overlay.describe(view)
+
     def plan(self, layers, wheel_locks=None, wheelhouse=None):
         """Hash every layer (parents first) and decide reuse/build. Writes nothing."""
         errors = validate_layers(layers)
@@ -459,29 +476,36 @@ class LayerBuilder:
         wheel_locks = wheel_locks or {}
         planned = {}
         out = []
-        for layer in layers:
-            spec = normalise_layer(layer)
+        for spec in normalise_layers(layers):
             parent = planned.get(spec["parent"]) if spec["parent"] else None
             item = {"name": spec["name"], "spec": spec, "parent": spec["parent"],
-                    "cuda": spec["cuda"], "env": spec["env"]}
+                    "cuda": spec["cuda"], "env": spec["env"], "closure": None}
             if spec["existing_path"]:
                 path = spec["existing_path"]
                 python = os.path.join(path, "bin", "python")
                 if not os.path.exists(python):
                     raise LayerError(f"layer {spec['name']}: existing_path: {python} does not exist")
                 interp = inspect_interpreter(python, self.run)
-                freeze = self.freeze(python, interp["site"], spec)
-                digest = layer_hash(spec, None, interp, None, freeze)
+                _view, dists = self.existing_view(python, interp)
+                digest = layer_hash(spec, None, interp, None, overlay.freeze(dists))
                 item.update(path=path, hash=digest, python=python, interpreter=interp,
-                            site=interp["site"], action="existing", freeze=freeze)
+                            site=interp["site"], action="existing", freeze=overlay.freeze(dists))
             else:
                 interp = inspect_interpreter(spec["python"], self.run)
+                if parent and _major_minor(interp) != _major_minor(parent["interpreter"]):
+                    raise LayerError(
+                        f"layer {spec['name']}: python: {spec['python']} is Python {_major_minor(interp)} but its "
+                        f"parent {parent['name']} runs Python {_major_minor(parent['interpreter'])}: a layer "
+                        "must use its parent's Python version (leave python out to inherit it)")
                 lock = wheel_locks.get(spec["name"]) if wheelhouse else None
-                wheels = None
+                wheels = closure = None
                 if lock is not None:
-                    wheels = [w["sha256"] for w in lock]
-                    item["wheel_files"] = [os.path.join(wheelhouse, w["filename"]) for w in lock]
-                digest = layer_hash(spec, parent["hash"] if parent else None, interp, wheels)
+                    own = [w for w in lock if w.get("source", "layer") == "layer"]
+                    wheels = [w["sha256"] for w in own]
+                    closure = sorted(f"{w['name']}=={w['version']}@{w.get('source', 'layer')}" for w in lock)
+                    item["wheel_files"] = [os.path.join(wheelhouse, w["filename"]) for w in own]
+                    item["lock"] = lock
+                digest = layer_hash(spec, parent["hash"] if parent else None, interp, wheels, closure=closure)
                 path = os.path.join(self.layers_dir, layer_dirname(spec["name"], digest))
                 marker = self.read_marker(path)
                 trusted = bool(marker and marker.get("hash") == digest
@@ -490,6 +514,8 @@ class LayerBuilder:
                             interpreter=interp, action="reuse" if trusted else "build",
                             parent_site=(parent or {}).get("site_chain", []))
                 item["site"] = [self._venv_site(path, interp)]
+                if trusted:
+                    item["closure"] = marker.get("closure")
             item["site_chain"] = item["site"] + list(item.get("parent_site") or [])
             planned[spec["name"]] = item
             out.append(item)
@@ -501,14 +527,34 @@ class LayerBuilder:
         impl = "pypy" if interp.get("implementation") == "pypy" else "python"
         return os.path.join(path, "lib", f"{impl}{major_minor}", "site-packages")
 
-    def freeze(self, python, site_dirs, spec):
-        rc, out, _err = self.run([self.uv, "pip", "freeze", "--no-config", "--python", python],
-                                 env=self._uv_env(spec), timeout=300)
-        if rc == 0:
-            return parse_freeze(out)
-        return dist_info_listing(site_dirs)
-
     # -- building
+    def _contents(self, item, tmp, site, python):
+        """Install what the layer holds; returns (closure entries, parent dists, parent view)."""
+        spec = item["spec"]
+        parent_view = [p for p in overlay.view_paths(python, [site], self.run)
+                       if os.path.normpath(p) != os.path.normpath(site)]
+        parent_dists = overlay.describe(parent_view) if item.get("parent_site") else []
+        args = ["pip", "install", "--no-config", "--python", python]
+        if self.compile_bytecode:
+            args.append("--compile-bytecode")
+        if item.get("wheel_files") is not None:  # wheelhouse: the controller resolved, install the files
+            if item["wheel_files"]:
+                self._uv(args + install_args(spec, item["wheel_files"]), spec, "uv pip install")
+            return item["lock"], parent_dists, parent_view
+        if not spec["requirements"]:
+            return [], parent_dists, parent_view
+        work = os.path.join(tmp, ".dflash-resolve")
+        try:
+            res = overlay.resolve(spec, parent_dists, [self.uv], self.run, work, python=python,
+                                  env=self._uv_env(spec), fmt="txt", timeout=self.build_timeout)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self.log.append({"cmd": res["command"], "rc": 0})
+        if res["install"]:
+            self._uv(args + install_args(spec, entries=res["install"]), spec, "uv pip install")
+        item["held_back"] = res["held_back"]
+        return res["closure"], parent_dists, parent_view
+
     def build(self, item, lock_fh=None):
         spec = item["spec"]
         interp = item["interpreter"]
@@ -524,18 +570,21 @@ class LayerBuilder:
             if item.get("parent_site"):
                 with open(os.path.join(site, PARENT_PTH), "w", encoding="utf-8") as fh:
                     fh.write(parent_pth(item["parent_site"]))
-            args = ["pip", "install", "--no-config", "--python", os.path.join(tmp, "bin", "python")]
-            if self.compile_bytecode:
-                args.append("--compile-bytecode")
-            reqs = requirements_args(spec, item.get("wheel_files"))
-            if spec["requirements"] or item.get("wheel_files"):
-                self._uv(args + reqs, spec, "uv pip install")
-            freeze = self.freeze(os.path.join(tmp, "bin", "python"), [site], spec)
+            closure, parent_dists, parent_view = self._contents(item, tmp, site, os.path.join(tmp, "bin", "python"))
+            own = overlay.freeze(overlay.describe([site]))
+            taken = [e for e in closure if e.get("source") == "parent"]
             marker = {
                 "format": FORMAT, "name": spec["name"], "hash": item["hash"], "spec": spec,
                 "parent": spec["parent"], "parent_site": item.get("parent_site") or [],
                 "interpreter": {k: interp.get(k) for k in ("executable", "version", "implementation")},
-                "wheels": sorted(item.get("wheel_files") or []), "freeze": freeze,
+                "wheels": sorted(item.get("wheel_files") or []), "freeze": own,
+                "closure": sorted(f"{e['name']}=={e['version']}" for e in closure),
+                "installed": sorted(f"{e['name']}=={e['version']}" for e in closure if e.get("source") != "parent"),
+                "from_parent": sorted(f"{e['name']}=={e['version']}" for e in taken),
+                "parent_freeze": overlay.freeze(parent_dists), "held_back": item.get("held_back") or [],
+                "exclude": spec["exclude"],
+                "bytes": {"layer": overlay.tree_bytes(tmp),
+                          "from_parent": sum(overlay.record_bytes(parent_view, [e["name"] for e in taken]).values())},
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_seconds": round(time.monotonic() - started, 3),
             }
@@ -551,8 +600,8 @@ class LayerBuilder:
                 os.rename(final, trash)
                 shutil.rmtree(trash, ignore_errors=True)
             os.rename(tmp, final)
-            item["freeze"] = freeze
-            item["build_seconds"] = marker["build_seconds"]
+            item.update(freeze=own, closure=marker["closure"], build_seconds=marker["build_seconds"],
+                        installed=marker["installed"], from_parent=marker["from_parent"], bytes=marker["bytes"])
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -590,283 +639,6 @@ def layers_fact(items):
         "name": i["name"], "path": i["path"], "hash": i["hash"], "parent": i["parent"],
         "python": i["python"], "changed": bool(i.get("changed")), "cuda": i.get("cuda"),
         "site_packages": i["site"], "sys_path_order": i["site_chain"], "env": i.get("env") or {},
-        "existing": i["action"] == "existing",
+        "existing": i["action"] == "existing", "closure": i.get("closure"),
+        "exclude": [e["name"] for e in i["spec"]["exclude"]],
     } for i in items]
-
-
-# --------------------------------------------------------------------------- wheelhouse (controller)
-
-def manylinux_platforms(arch, glibc):
-    """Platform tags a host with this glibc accepts, most specific first."""
-    try:
-        major, minor = (int(x) for x in str(glibc).split(".")[:2])
-    except ValueError:
-        major, minor = 2, 17
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    old_arches = ("x86_64", "i686")
-    out = []
-    if major == 2:
-        for m in range(minor, 4, -1):
-            out.append(f"manylinux_2_{m}_{arch}")
-            if m in legacy and (m == 17 or arch in old_arches):
-                out.append(f"{legacy[m]}_{arch}")
-    out.append(f"linux_{arch}")
-    return out
-
-
-def wheel_tags(filename):
-    """Set of (interpreter, abi, platform) tags of a wheel filename."""
-    stem = filename.removesuffix(".whl")
-    parts = stem.split("-")
-    if len(parts) < 5:
-        raise ValueError(f"{filename!r} is not a wheel filename")
-    pyt, abit, plat = parts[-3], parts[-2], parts[-1]
-    return {(i, a, p) for i in pyt.split(".") for a in abit.split(".") for p in plat.split(".")}
-
-
-def supported_tags(python_version, arch, glibc, implementation="cp"):
-    """Ordered list of tags (best first) for a CPython host, without consulting this interpreter."""
-    major, minor = (int(x) for x in str(python_version).split(".")[:2])
-    plats = manylinux_platforms(arch, glibc)
-    cp = f"{implementation}{major}{minor}"
-    tags = []
-    for plat in plats:
-        tags.append((cp, cp, plat))
-    for plat in plats:
-        tags.append((cp, "abi3", plat))
-        for m in range(minor - 1, 1, -1):
-            tags.append((f"{implementation}{major}{m}", "abi3", plat))
-    for plat in plats:
-        tags.append((cp, "none", plat))
-    for plat in plats:
-        for m in range(minor, -1, -1):
-            tags.append((f"py{major}{m}", "none", plat))
-        tags.append((f"py{major}", "none", plat))
-    tags.append((cp, "none", "any"))
-    for m in range(minor, -1, -1):
-        tags.append((f"py{major}{m}", "none", "any"))
-    tags.append((f"py{major}", "none", "any"))
-    return tags
-
-
-def select_wheel(wheels, tags):
-    """Pick the best wheel (dict with ``url``) for the ordered tag list; None when none fits."""
-    rank = {t: i for i, t in enumerate(tags)}
-    best = None
-    for wheel in wheels:
-        filename = wheel.get("name") or unquote(wheel["url"].rsplit("/", 1)[-1].split("#")[0])
-        try:
-            score = min((rank[t] for t in wheel_tags(filename) if t in rank), default=None)
-        except ValueError:
-            continue
-        if score is not None and (best is None or score < best[0]):
-            best = (score, filename, wheel)
-    if best is None:
-        return None
-    return best[1], best[2]
-
-
-def lock_from_pylock(pylock, tags):
-    """Lock entries [{name, version, filename, url, sha256, size}] from a parsed pylock.toml."""
-    entries = []
-    missing = []
-    for pkg in pylock.get("packages", []):
-        chosen = select_wheel(pkg.get("wheels") or [], tags)
-        if chosen is None:
-            missing.append(f"{pkg.get('name')}=={pkg.get('version')}")
-            continue
-        filename, wheel = chosen
-        sha = (wheel.get("hashes") or {}).get("sha256")
-        if not sha:
-            missing.append(f"{pkg.get('name')}=={pkg.get('version')} (no sha256 in the lock)")
-            continue
-        entries.append({"name": canonical_name(pkg["name"]), "version": str(pkg.get("version")),
-                        "filename": filename, "url": wheel["url"], "sha256": sha,
-                        "size": wheel.get("size")})
-    if missing:
-        raise LayerError("no wheel for the host's platform/python: " + ", ".join(missing))
-    return sorted(entries, key=lambda e: e["name"])
-
-
-def target_from_interpreter(interp):
-    """Wheel target of a host interpreter (inspect_interpreter's facts)."""
-    libc = interp.get("libc") or ["", ""]
-    glibc = libc[1] if len(libc) > 1 and libc[0] == "glibc" and libc[1] else "2.17"
-    impl = {"cpython": "cp", "pypy": "pp"}.get(interp.get("implementation"), "cp")
-    return {"python_version": ".".join(str(interp["version"]).split(".")[:2]), "arch": interp["machine"],
-            "glibc": glibc, "implementation": impl}
-
-
-def wheelhouse_key(spec, target):
-    """Key of a layer's lock in the controller wheelhouse: spec + host target (python, platform)."""
-    resolve = {k: spec[k] for k in ("requirements", "index_url", "extra_index_urls", "find_links",
-                                    "no_index", "no_deps", "index_strategy")}
-    return _sha256_json({"format": FORMAT, "resolve": resolve, "target": target})
-
-
-def compile_args(spec, target, out_path):
-    """``uv pip compile`` arguments producing a pylock.toml for the host's target."""
-    glibc = str(target["glibc"]).split(".")
-    minor = max(17, min(int(glibc[1]) if len(glibc) > 1 else 17, 40))
-    args = ["pip", "compile", "--no-config", "--format", "pylock.toml", "-o", out_path, "--quiet",
-            "--python-version", str(target["python_version"]),
-            "--python-platform", f"{target['arch']}-manylinux_2_{minor}",
-            "--only-binary", ":all:", "--no-header", "--no-annotate"]
-    return args + index_args(spec)
-
-
-def sha256_file(path, bufsize=1 << 20):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(bufsize), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _download(url, dest, timeout=600):
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=timeout) as resp, open(dest, "wb") as out:
-        shutil.copyfileobj(resp, out, 1 << 20)
-
-
-def ensure_wheelhouse(directory, specs, target, uv_command=("uv",), runner=default_runner,
-                      fetch=_download, check_mode=False):
-    """Controller side: resolve each layer for the host's target once (lock written to
-    ``<dir>/locks/<layer>-<key12>.json``: name, version, filename, url, sha256), download missing
-    wheels into ``<dir>/files/``, verify every wheel's sha256 (re-download a corrupt one).
-
-    specs: normalised layer specs (existing_path layers are skipped). target: {python_version,
-    arch, glibc, implementation}. Returns {"locks": {layer: entries}, "downloaded": [...],
-    "resolved": [...], "changed": bool, "bytes": int}."""
-    import tomllib
-
-    files_dir = os.path.join(directory, "files")
-    locks_dir = os.path.join(directory, "locks")
-    tags = supported_tags(target["python_version"], target["arch"], target["glibc"],
-                          target.get("implementation", "cp"))
-    result = {"locks": {}, "downloaded": [], "resolved": [], "redownloaded": [], "bytes": 0,
-              "lock_files": {}}
-    if not check_mode:
-        os.makedirs(files_dir, exist_ok=True)
-        os.makedirs(locks_dir, exist_ok=True)
-    with contextlib.ExitStack() as stack:
-        if not check_mode:
-            lock_fh = stack.enter_context(open(os.path.join(directory, ".lock"), "a", encoding="utf-8"))
-            fcntl.flock(lock_fh, fcntl.LOCK_EX)
-        for spec in specs:
-            if spec.get("existing_path") or not spec["requirements"]:
-                continue
-            key = wheelhouse_key(spec, target)
-            lock_path = os.path.join(locks_dir, f"{spec['name']}-{key[:12]}.json")
-            result["lock_files"][spec["name"]] = lock_path
-            entries = None
-            if os.path.exists(lock_path):
-                with open(lock_path, encoding="utf-8") as fh:
-                    entries = json.load(fh)["packages"]
-            elif check_mode:
-                result["resolved"].append(spec["name"])
-                continue
-            else:
-                work = os.path.join(directory, f".resolve-{spec['name']}-{secrets.token_hex(4)}")
-                os.makedirs(work)
-                try:
-                    req_file = os.path.join(work, "requirements.in")
-                    with open(req_file, "w", encoding="utf-8") as fh:
-                        fh.write("\n".join(spec["requirements"]) + "\n")
-                    out = os.path.join(work, "pylock.toml")
-                    argv = [*uv_command, *compile_args(spec, target, out), req_file]
-                    env = dict(os.environ)
-                    env.update(spec.get("env") or {})
-                    rc, sout, serr = runner(argv, env=env, timeout=1800)
-                    if rc != 0:
-                        raise LayerError(f"layer {spec['name']}: resolving for {target} failed (rc {rc}): "
-                                         f"{' '.join(argv)}\n{(serr or sout).strip()[-2000:]}")
-                    with open(out, "rb") as fh:
-                        entries = lock_from_pylock(tomllib.load(fh), tags)
-                finally:
-                    shutil.rmtree(work, ignore_errors=True)
-                with open(lock_path + ".part", "w", encoding="utf-8") as fh:
-                    json.dump({"format": FORMAT, "layer": spec["name"], "key": key, "target": target,
-                               "requirements": spec["requirements"], "packages": entries},
-                              fh, indent=1, sort_keys=True)
-                os.rename(lock_path + ".part", lock_path)
-                result["resolved"].append(spec["name"])
-            result["locks"][spec["name"]] = entries
-            for entry in entries:
-                dest = os.path.join(files_dir, entry["filename"])
-                if os.path.exists(dest):
-                    if sha256_file(dest) == entry["sha256"]:
-                        continue
-                    result["redownloaded"].append(entry["filename"])
-                if check_mode:
-                    result["downloaded"].append(entry["filename"])
-                    continue
-                part = f"{dest}.part-{secrets.token_hex(4)}"
-                try:
-                    fetch(entry["url"], part)
-                    got = sha256_file(part)
-                    if got != entry["sha256"]:
-                        raise LayerError(f"{entry['filename']}: sha256 {got} does not match the lock's "
-                                         f"{entry['sha256']} ({entry['url']})")
-                    os.rename(part, dest)
-                finally:
-                    if os.path.exists(part):
-                        os.unlink(part)
-                result["downloaded"].append(entry["filename"])
-                result["bytes"] += os.path.getsize(dest)
-    result["changed"] = bool(result["downloaded"] or result["resolved"])
-    return result
-
-
-def extract_uv_binary(wheel_path, dest):
-    """Write the ``uv`` executable found in a uv wheel to dest (mode 0755). Returns True when written
-    (False when dest already holds the same bytes)."""
-    import zipfile
-
-    with zipfile.ZipFile(wheel_path) as zf:
-        names = [n for n in zf.namelist() if n.endswith(".data/scripts/uv")]
-        if not names:
-            raise LayerError(f"{wheel_path}: no uv binary (*.data/scripts/uv) in the wheel")
-        data = zf.read(names[0])
-    if os.path.exists(dest):
-        with open(dest, "rb") as fh:
-            if hashlib.sha256(fh.read()).digest() == hashlib.sha256(data).digest():
-                return False
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    part = f"{dest}.part-{secrets.token_hex(4)}"
-    with open(part, "wb") as fh:
-        fh.write(data)
-    os.chmod(part, 0o755)
-    os.rename(part, dest)
-    return True
-
-
-def missing_wheels(wheelhouse, wheels):
-    """Filenames of ``wheels`` ([{filename, sha256}]) that ``wheelhouse`` lacks or holds with another
-    sha256 (what must be pushed). Reads only."""
-    out = []
-    for w in sorted({w["filename"]: w for w in wheels}.values(), key=lambda w: w["filename"]):
-        path = os.path.join(wheelhouse, w["filename"])
-        if not os.path.isfile(path) or sha256_file(path) != w["sha256"]:
-            out.append(w["filename"])
-    return out
-
-
-def bundle_wheels(files_dir, filenames, bundle_dir):
-    """One uncompressed tar of the given wheels (wheels are zips already) for a single push;
-    named by the content so a repeated push reuses it. Returns its path."""
-    import tarfile
-
-    names = sorted(set(filenames))
-    key = _sha256_json([[n, os.path.getsize(os.path.join(files_dir, n))] for n in names])[:16]
-    dest = os.path.join(bundle_dir, f"push-{key}.tar")
-    if os.path.exists(dest):
-        return dest
-    os.makedirs(bundle_dir, exist_ok=True)
-    part = f"{dest}.part-{secrets.token_hex(4)}"
-    with tarfile.open(part, "w") as tar:
-        for n in names:
-            tar.add(os.path.join(files_dir, n), arcname=n)
-    os.rename(part, dest)
-    return dest

@@ -17,6 +17,13 @@ import signal
 import subprocess
 import time
 
+try:
+    from ansible.module_utils.dflash_consistency import check, installed_distributions, shadowed
+    from ansible.module_utils.dflash_pep508 import MARKER_ENV_FUNC, canonical_name
+except ImportError:  # pytest imports module_utils/ as plain modules
+    from dflash_consistency import check, installed_distributions, shadowed
+    from dflash_pep508 import MARKER_ENV_FUNC, canonical_name
+
 RESULT_TAG = "DFLASH_PROBE_RESULT "
 
 # Each snippet sets ``r`` (a dict of facts). The wrapper prints it after RESULT_TAG, or the exception.
@@ -130,9 +137,14 @@ def parse_component_output(rc, stdout, stderr, timed_out=False, timeout=None):
 
 
 def run_component(python, name, env, timeout):
+    return run_snippet(python, component_code(name), env, timeout)
+
+
+def run_snippet(python, code, env, timeout):
+    """Run one wrapped snippet in its own process of ``python``: its result, or what went wrong."""
     started = time.monotonic()
     try:
-        proc = subprocess.run([python, "-c", component_code(name)], env=env, capture_output=True,
+        proc = subprocess.run([python, "-c", code], env=env, capture_output=True,
                               text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
         out = parse_component_output(proc.returncode, proc.stdout, proc.stderr)
     except subprocess.TimeoutExpired as exc:
@@ -161,6 +173,39 @@ def run_probe(python, pythonpath=None, components=DEFAULT_COMPONENTS, timeout=18
     out = {c: results[c] for c in components}
     out["_meta"] = {"python": python, "pythonpath": env.get("PYTHONPATH"), "timeout": timeout,
                     "seconds": round(time.monotonic() - started, 2)}
+    return out
+
+
+_ENV_AND_PATH_CODE = ("import json, os, platform, sys\n" + MARKER_ENV_FUNC
+                      + "print(json.dumps({'env': _marker_env(), 'sys_path': [p for p in sys.path if p]}))\n")
+
+
+def probe_consistency(python, pythonpath=None, extra_env=None, closure=None, excluded=(), timeout=120):
+    """The combined environment's consistency (every layer at once, the probed python's whole
+    sys.path): every requirement of every winning distribution must hold (dflash_consistency).
+    Each unmet one is classified: ``excluded`` (a project a layer leaves out on purpose),
+    ``problems`` (its owner is in the final layer's closure: what sglang runs on; every owner when
+    no closure is given) or ``outside`` (an owner the closure does not use). Reads only."""
+    env = probe_env(pythonpath, extra_env)
+    try:
+        proc = subprocess.run([python, "-c", _ENV_AND_PATH_CODE], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: cannot read the environment of {python}: {exc}"}
+    dists = installed_distributions(facts["sys_path"])
+    keep = {canonical_name(c.split("==", 1)[0]) for c in closure} if closure else None
+    skip = {canonical_name(n) for n in excluded}
+    out = {"ok": True, "distributions": len([d for d in dists if not d["shadowed_by"]]), "problems": [],
+           "excluded": [], "outside": [], "shadowed": shadowed(dists)}
+    for item in check(dists, facts["env"]):
+        if item["key"] in skip:
+            out["excluded"].append(item)
+        elif keep is None or canonical_name(item["owner"]) in keep:
+            out["problems"].append(item)
+        else:
+            out["outside"].append(item)
+    out["ok"] = not out["problems"]
     return out
 
 
@@ -196,6 +241,11 @@ def gate(probe, driver_cuda_version=None, required=(), host=None):
             problems.append(f"{who}{name}: required but not probed")
         elif not res.get("ok"):
             problems.append(f"{who}{name}: {res.get('error')}")
+    cons = probe.get("consistency")
+    if cons is not None and not cons.get("ok"):
+        if cons.get("error"):
+            problems.append(f"{who}consistency: {cons['error']}")
+        problems += [f"{who}consistency: {p['message']}" for p in cons.get("problems", [])]
     xgr = probe.get("xgrammar") or {}
     if "xgrammar" in required and xgr.get("ok") and not xgr.get("structural_tag"):
         problems.append(f"{who}xgrammar {xgr.get('version')} has no StructuralTag (sglang needs it; "
@@ -209,6 +259,16 @@ def summary(probe):
     for name, res in probe.items():
         if name.startswith("_"):
             continue
+        if name == "consistency":
+            if res.get("error"):
+                lines.append(f"consistency: FAILED {res['error']}")
+                continue
+            lines.append(f"consistency: {'ok' if res['ok'] else 'FAILED'} ({res['distributions']} distributions; "
+                         f"{len(res['problems'])} unmet, {len(res['excluded'])} excluded on purpose, "
+                         f"{len(res['outside'])} outside the closure)")
+            lines += [f"  unmet: {p['message']}" for p in res["problems"]]
+            lines += [f"  excluded: {p['message']}" for p in res["excluded"]]
+            continue
         if res.get("ok"):
             facts = {k: v for k, v in res.items()
                      if k in ("version", "cuda", "device_count", "common_ops", "structural_tag",
@@ -216,4 +276,99 @@ def summary(probe):
             lines.append(f"{name}: ok {json.dumps(facts, sort_keys=True)}")
         else:
             lines.append(f"{name}: FAILED {res.get('error')}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- per-GPU CUDA probe
+# nvidia-smi can list a GPU that CUDA cannot use (the seeds' CT129 GPU1 after a Triton crash:
+# cudaErrorDevicesUnavailable). Before any service starts, the final layer's torch opens every
+# requested GPU, each in its own process that sees only that GPU, and runs a small kernel.
+
+GPU_SNIPPET = (
+    "import os, torch\n"
+    "r = {'visible': os.environ.get('CUDA_VISIBLE_DEVICES'), 'torch': torch.__version__, 'cuda': torch.version.cuda}\n"
+    "torch.cuda.init()\n"
+    "p = torch.cuda.get_device_properties(0)\n"
+    "x = torch.arange(1024, device='cuda', dtype=torch.float32)\n"
+    "r['checksum'] = float((x * 2).sum().item())\n"
+    "torch.cuda.synchronize()\n"
+    "free, total = torch.cuda.mem_get_info(0)\n"
+    "r.update(name=p.name, capability=f'{p.major}.{p.minor}', memory_free_mib=int(free // 2**20),"
+    " memory_total_mib=int(total // 2**20))\n"
+)
+# CUDA runtime messages -> error names (what an operator searches for)
+CUDA_ERRORS = (
+    ("busy or unavailable", "cudaErrorDevicesUnavailable"),
+    ("out of memory", "cudaErrorMemoryAllocation"),
+    ("no CUDA-capable device", "cudaErrorNoDevice"),
+    ("No CUDA GPUs are available", "cudaErrorNoDevice"),
+    ("uncorrectable ECC", "cudaErrorECCUncorrectable"),
+    ("invalid device ordinal", "cudaErrorInvalidDevice"),
+    ("initialization error", "cudaErrorInitializationError"),
+    ("driver version is insufficient", "cudaErrorInsufficientDriver"),
+    ("unknown error", "cudaErrorUnknown"),
+    ("launch failure", "cudaErrorLaunchFailure"),
+    ("GPU has fallen off the bus", "cudaErrorDevicesUnavailable"),
+)
+
+
+def gpu_code():
+    body = "".join(f"    {line}\n" for line in GPU_SNIPPET.splitlines())
+    return _WRAPPER.format(body=body, tag=RESULT_TAG)
+
+
+def run_gpu(python, index, env, timeout):
+    """Open GPU ``index`` (nvidia-smi order) in a process that sees only it."""
+    genv = dict(env, CUDA_VISIBLE_DEVICES=str(index), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    out = run_snippet(python, gpu_code(), genv, timeout)
+    out["index"] = int(index)
+    if not out.get("ok"):
+        text = " ".join([str(out.get("error") or "")] + [str(t) for t in out.get("traceback") or []])
+        out["cuda_error"] = next((name for needle, name in CUDA_ERRORS if needle.lower() in text.lower()), None)
+    return out
+
+
+def run_gpu_probe(python, gpus, pythonpath=None, timeout=120, extra_env=None, workers=4, runner=run_gpu):
+    """{index: result} for every requested GPU."""
+    env = probe_env(pythonpath, extra_env)
+    idx = sorted({int(g) for g in gpus or []})
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(int(workers), len(idx) or 1))) as pool:
+        futures = {pool.submit(runner, python, i, env, timeout): i for i in idx}
+        for fut in concurrent.futures.as_completed(futures):
+            results[futures[fut]] = fut.result()
+    return {str(i): results[i] for i in idx}
+
+
+def gpu_gate(results, host=None):
+    """(problems, warnings) of the per-GPU probe: a GPU CUDA cannot use is refused with its index and
+    the CUDA error; a GPU whose memory is full (an instance of ours may hold it) is only a warning."""
+    who = f"{host}: " if host else ""
+    problems, warnings = [], []
+    for key in sorted(results or {}, key=int):
+        res = results[key]
+        if res.get("ok"):
+            continue
+        name = res.get("cuda_error")
+        first = (str(res.get("error") or "").splitlines() or [""])[0]
+        err = first + (f" ({name})" if name and name not in first else "")
+        if name == "cudaErrorMemoryAllocation":
+            warnings.append(f"{who}GPU {key}: CUDA opened it but could not allocate ({err}): its memory is in use")
+            continue
+        problems.append(
+            f"{who}GPU {key}: nvidia-smi lists it but CUDA cannot use it: {err}; check `nvidia-smi -q -i {key}` "
+            f"(compute mode, retired pages) and `dmesg | grep -i xid`, reset it (`nvidia-smi -r -i {key}`) or "
+            "reboot the host, or take it out of the instance's gpus")
+    return problems, warnings
+
+
+def gpu_summary(results):
+    lines = []
+    for key in sorted(results or {}, key=int):
+        res = results[key]
+        if res.get("ok"):
+            lines.append(f"GPU {key}: ok ({res.get('name')}, SM {res.get('capability')}, "
+                         f"{res.get('memory_free_mib')} of {res.get('memory_total_mib')} MiB free, {res.get('seconds')} s)")
+        else:
+            lines.append(f"GPU {key}: FAILED {(str(res.get('error') or '').splitlines() or [''])[0]}")
     return lines

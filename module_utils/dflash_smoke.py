@@ -27,6 +27,24 @@ import time
 import urllib.error
 import urllib.request
 
+try:  # a node rank > 0 of a multi-node instance has no HTTP API to smoke-test (dflash_tp.py)
+    from ansible.module_utils.dflash_tp import secondary_rank_record
+except ImportError:
+    from dflash_tp import secondary_rank_record
+try:  # the gates (output, speculative, performance): small files beside this one
+    from ansible.module_utils.dflash_gates import failed as gates_failed
+    from ansible.module_utils.dflash_gates import failure as gates_failure
+    from ansible.module_utils.dflash_gates import output_gates, perf_gates, release_context
+    from ansible.module_utils.dflash_gates import summary as gates_summary
+    from ansible.module_utils.dflash_gates_config import gate_errors, resolve
+    from ansible.module_utils.dflash_gates_perf import sample_body
+except ImportError:  # pytest / scripts: module_utils/ on sys.path
+    from dflash_gates import failed as gates_failed
+    from dflash_gates import failure as gates_failure
+    from dflash_gates import output_gates, perf_gates, release_context
+    from dflash_gates import summary as gates_summary
+    from dflash_gates_config import gate_errors, resolve
+    from dflash_gates_perf import sample_body
 try:
     from ansible.module_utils.dflash_runner import parse_env_file
     from ansible.module_utils.dflash_secrets import SECRET_FIELDS, env_file_secrets, redact
@@ -177,6 +195,36 @@ def smoke_argument_spec(timeout_key: str = "timeout") -> dict:
         timeout_key: {"type": "float", "default": 120.0},
         "spec_max_new_tokens": {"type": "int", "default": 64},
     }
+
+
+def gate_argument_spec() -> dict:
+    """The gates' options (both modules): per-instance settings, the host's, the previous release."""
+    return {
+        "gates": {"type": "dict", "default": {}},
+        "gate_defaults": {"type": "dict", "default": {}},
+        "use_gates": {"type": "bool", "default": True},
+        "baseline_release": {"type": "str"},
+    }
+
+
+def gate_options(params: dict, instances) -> tuple:
+    """(gates by instance name or None, context) of a module call. Raises SmokeError naming the
+    instance and field of a bad setting."""
+    if not params.get("use_gates", True):
+        return None, {}
+    host_gates = params.get("gate_defaults") or {}
+    per = params.get("gates") or {}
+    problems = [f"dflash_smoke_gates: {f}: {m}" for f, m in gate_errors(host_gates, "dflash_smoke_gates")]
+    out = {}
+    for item in instances:
+        name = item["name"]
+        mine = per.get(name) or {}
+        problems += [f"instance {name}: {f}: {m}" for f, m in gate_errors(mine)]
+        out[name] = resolve(mine, host_gates, params.get("prompt") or FIBONACCI_PROMPT,
+                            has_flag(item.get("args"), "--reasoning-parser"), params.get("max_tokens") or 128)
+    if problems:
+        raise SmokeError("; ".join(problems))
+    return out, release_context(params.get("release_dir"), params.get("baseline_release"))
 
 
 def smoke_options(params: dict, timeout_key: str = "timeout") -> dict:
@@ -350,13 +398,15 @@ def health_status(url, timeout=1.0):
 # ----------------------------------------------------------------------------- smoke
 
 
-def check_chat(status, body, elapsed) -> dict:
+def check_chat(status, body, elapsed, strict=True) -> dict:
+    """The generation record of a chat completion. ``strict``: an empty reply fails here (without
+    the degenerate-output gate, which otherwise names it)."""
     if status != 200 or not isinstance(body, dict):
         raise SmokeError(f"chat completion: HTTP {status}: {str(body)[:300]}")
     choices = body.get("choices") or []
     msg = (choices[0] or {}).get("message") or {} if choices else {}
     content, reasoning = msg.get("content"), msg.get("reasoning_content")
-    if not (content and str(content).strip()) and not (reasoning and str(reasoning).strip()):
+    if strict and not (content and str(content).strip()) and not (reasoning and str(reasoning).strip()):
         raise SmokeError(f"chat completion returned neither content nor reasoning_content: {str(body)[:300]}")
     usage = body.get("usage") or {}
     tokens = usage.get("completion_tokens")
@@ -406,13 +456,20 @@ def check_spec_meta(status, body, elapsed) -> dict:
 
 
 def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_tokens=128, temperature=0.0,
-                   timeout=120.0, spec_max_new_tokens=64, http=http_json, clock=time.monotonic, api_key=None):
-    """Generation + (for DFLASH/DDTREE) speculative proof.  Returns the record; raises
-    SmokeError (with the partial record) on the first failed step. With ``api_key`` every request
-    carries ``Authorization: Bearer <key>`` (sglang answers 401 without it; /health needs none)."""
+                   timeout=120.0, spec_max_new_tokens=64, http=http_json, clock=time.monotonic, gates=None,
+                   context=None, api_key=None):
+    """Generation + (for DFLASH/DDTREE) speculative proof, then the gates (``gates``: resolved
+    settings of dflash_gates_config.resolve; None = no gates).  Returns the record; raises
+    SmokeError (with the partial record) on the first failed step or on failed gates.
+    ``context``: {name, release, previous, releases_root} for the performance baseline and the
+    failure message. With ``api_key`` every request (the gates' too) carries
+    ``Authorization: Bearer <key>`` (sglang answers 401 without it; /health needs none)."""
     rec = {"base_url": base_url, "authenticated": bool(api_key)}
     if api_key:
         http = functools.partial(http, headers={"Authorization": f"Bearer {api_key}"})
+    ctx = dict(context or {})
+    results = []
+    strict = not (gates and gates.get("output", True) and gates.get("degenerate", True))
     try:
         status, info = http("GET", base_url + "/get_server_info", None, timeout)
         info = info if status == 200 and isinstance(info, dict) else {}
@@ -439,11 +496,16 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
                 model = models["data"][0].get("id")
             model = model or arg_value(args, "--served-model-name") or arg_value(args, "--model-path") or "default"
             body = {"model": model, "messages": [{"role": "user", "content": prompt}],
-                    "temperature": temperature, "max_tokens": max_tokens}
+                    "temperature": temperature, "max_tokens": (gates or {}).get("max_tokens") or max_tokens}
+            if (gates or {}).get("chat_template_kwargs"):
+                body["chat_template_kwargs"] = dict(gates["chat_template_kwargs"])
             t = clock()
             status, out = http("POST", base_url + "/v1/chat/completions", body, timeout)
-            rec["generation"] = dict(check_chat(status, out, clock() - t), via="/v1/chat/completions",
+            rec["generation"] = dict(check_chat(status, out, clock() - t, strict), via="/v1/chat/completions",
                                      model=model)
+            if gates:
+                choice = ((out.get("choices") or [{}])[0] or {}) if isinstance(out, dict) else {}
+                results += output_gates(choice.get("message") or {}, choice.get("finish_reason"), gates)
 
         expected = expected_algorithm(args, algorithm)
         rec["algorithm"] = expected
@@ -460,11 +522,35 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
             t = clock()
             status, out = http("POST", base_url + "/generate", body, timeout)
             rec["speculative"] = check_spec_meta(status, out, clock() - t)
+        if gates:
+            if skip_tok:
+                results.append({"gate": "output", "ran": False,
+                                "reason": "--skip-tokenizer-init: no chat, no text to check"})
+            # several short generations of a fixed length; the speculative proof above warmed up
+            sbody = sample_body(prompt, spec_max_new_tokens, FALLBACK_INPUT_IDS if skip_tok else None)
+            pctx = dict(ctx, args=args, prompt=prompt, max_new_tokens=spec_max_new_tokens,
+                        lab_standin=rec.get("lab_standin"), baseline_release=ctx.get("previous"))
+            perf, presults = perf_gates(http, base_url, sbody, gates, expected in SPECULATIVE_PROOF, pctx,
+                                        timeout, clock)
+            if perf is not None:
+                rec["perf"] = perf
+            results += presults
+            rec["gates"] = results
+            rec["gates_summary"] = gates_summary(results)
+            if gates_failed(results):
+                raise SmokeError(gates_failure(results, ctx), rec)
     except SmokeError as exc:
-        if exc.record:
+        msg = str(exc)
+        if exc.record and exc.record is not rec:
             rec["speculative"] = exc.record
-        rec["error"] = str(exc)
-        raise SmokeError(str(exc), rec) from None
+        if results and "gates" not in rec:
+            # a later step failed after gates that already failed: name both
+            rec["gates"] = results
+            rec["gates_summary"] = gates_summary(results)
+            if gates_failed(results):
+                msg = f"{gates_failure(results, ctx)}; then: {msg}"
+        rec["error"] = msg
+        raise SmokeError(msg, rec) from None
     return rec
 
 
@@ -486,9 +572,11 @@ def merge_record(record_dir, name, key, value):
     return path
 
 
-def smoke_all(instances, opts, record_dir=None, where=""):
+def smoke_all(instances, opts, record_dir=None, where="", gates=None, context=None):
     """smoke_instance for each {name, args, algorithm?, base_url?, port?}; records go to
-    ``<record_dir>/<name>.json`` (key ``smoke``).  Returns (records by name, failed names, messages)."""
+    ``<record_dir>/<name>.json`` (key ``smoke``).  ``gates``: {name: resolved gates} (None: no
+    gates); ``context``: {release, previous, releases_root}.  Returns (records by name, failed
+    names, messages)."""
     results, failed, msgs = {}, [], []
     for item in instances:
         name = item["name"]
@@ -496,7 +584,10 @@ def smoke_all(instances, opts, record_dir=None, where=""):
         base = item.get("base_url") or endpoint(args, item.get("port"))
         secrets = instance_secret_values([item])
         try:
-            rec = smoke_instance(base, args, algorithm=item.get("algorithm"), api_key=item.get("api_key"), **opts)
+            rec = secondary_rank_record(args) or smoke_instance(
+                base, args, algorithm=item.get("algorithm"), api_key=item.get("api_key"), **opts,
+                gates=(gates or {}).get(name), context=dict(context or {}, name=name),
+            )
             rec["passed"] = True
         except SmokeError as exc:
             rec = dict(exc.record, passed=False)

@@ -33,6 +33,9 @@ depth 2: acceptance through a non-first branch, accept length > 1).
 Controls: the reference reproduces itself (repeat, batch 1 vs batch 4); changing an early prompt
 token changes the output (the model reads its context); the test-only broken commit on t15
 (SGLANG_DDTREE_TEST_BREAK: dense 'kv', hybrid 'state' then 'kv') must FAIL the check.
+Kept in summary.json: every server's emitted ids per case (`ids`, the reference's in `reference_ids`),
+and per phase `ddtree_vs_dflash`: each DDTREE variant's ids against DFLASH's, case by case (reported
+in summary.md; equal ids there are the direct evidence that DDTREE decodes what DFLASH decodes).
 Results: $OUT/summary.json, summary.md (written after every phase), server logs (compressed by
 the .sh).
 """
@@ -40,14 +43,16 @@ the .sh).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddtree_servers import Server, start_staggered, stop_all, wait_healthy, write_json, write_oracle
+from ddtree_servers import Server, start_staggered, stop_all, wait_healthy, write_oracle
 
 EPS = 0.25  # nats: an emitted bf16 token may trail the float32 re-scored top-1 by at most this much
 PROMPTS = [
@@ -184,8 +189,9 @@ def rescore(ref, recs, long_out):
     return recs
 
 
-def judge(recs, ref_ids):
-    """ids equality with the reference and the epsilon check, per record and overall."""
+def judge(recs, ref_ids, keep_ids=True):
+    """ids equality with the reference and the epsilon check, per record and overall; `ids`: every
+    case's emitted ids (kept in summary.json, so that servers can be compared with each other)."""
     mism, over, unscored = [], [], []
     for r in recs:
         want = ref_ids.get(key(r["kind"], r["prompt"], r["n"]))
@@ -204,7 +210,37 @@ def judge(recs, ref_ids):
             "max_gap": max(gaps) if gaps else None,
             "accept_length_mean": round(statistics.mean(acc), 3) if acc else None,
             "accept_length_min": min(acc) if acc else None,
-            "per_case": [{k: v for k, v in r.items() if k != "output_ids"} for r in recs]}  # fmt: skip
+            "per_case": [{k: v for k, v in r.items() if k != "output_ids"} for r in recs],
+            **({"ids": {key(r["kind"], r["prompt"], r["n"]): r.get("output_ids") for r in recs}} if keep_ids else {})}  # fmt: skip
+
+
+def versus_dflash(servers, model):
+    """DDTREE variants against DFLASH in one phase: the emitted ids, case by case (cases both ran)."""
+    base = (servers.get(f"{model}-dflash") or {}).get("ids")
+    if not base:
+        return {}
+    out = {}
+    for name, r in servers.items():
+        if name.endswith("-dflash") or not r.get("ids"):
+            continue
+        common = [c for c in r["ids"] if c in base]
+        differ = []
+        for c in common:
+            a, b = r["ids"][c] or [], base[c] or []
+            if a != b:
+                first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                differ.append({"case": c, "first_diff": first})
+        out[name] = {"cases": len(common), "equal": len(common) - len(differ), "differ": differ,
+                     "only_here": sorted(set(r["ids"]) - set(base))}  # fmt: skip
+    return out
+
+
+def write_compact_json(path, obj):
+    """summary.json with each list of ints (token ids) on one line."""
+    text = json.dumps(obj, indent=1)
+    text = re.sub(r"\[\s+(-?\d+(?:,\s+-?\d+)*)\s+\]", lambda mt: "[" + re.sub(r",\s+", ", ", mt.group(1)) + "]", text)
+    with open(path, "w") as fh:
+        fh.write(text + "\n")
 
 
 def run(args):
@@ -232,7 +268,7 @@ def run(args):
             summary["servers"][s.name] = {"cmd": s.cmd[3:], "env": s.env, "healthy_after_s": s.healthy_after,
                                           "error": s.error}  # fmt: skip
         summary["elapsed_s"] = round(time.time() - t_begin, 1)
-        write_json(os.path.join(out, "summary.json"), summary)
+        write_compact_json(os.path.join(out, "summary.json"), summary)
         write_markdown(summary, os.path.join(out, "summary.md"))
 
     try:
@@ -273,7 +309,8 @@ def run(args):
         with ThreadPoolExecutor(len(models)) as pool:
             refres = dict(zip(models, pool.map(reference, models), strict=True))
         for m in models:
-            summary["models"][m] = {"controls": refres[m].get("controls"), "phases": {}}
+            summary["models"][m] = {"controls": refres[m].get("controls"), "phases": {},
+                                    "reference_ids": refres[m]["ids"]}  # fmt: skip
         save()
         wait_healthy(servers, deadline - MARGINS[1])
         save()
@@ -285,7 +322,7 @@ def run(args):
                      "output_ids": v} for k, v in refres[m]["ids"].items()]  # fmt: skip
             try:
                 rescore(sc, recs, refres[m].get("long_out") or [])
-                res = judge(recs, refres[m]["ids"])
+                res = judge(recs, refres[m]["ids"], keep_ids=False)  # the ids: reference_ids
             except (OSError, ValueError) as e:
                 res = {"error": f"{type(e).__name__}: {e}"}
             res["scorer"] = sc.name
@@ -369,6 +406,10 @@ def run(args):
                     continue
                 rescore(scorer(m), recs, refres[m].get("long_out") or [])
                 ph["servers"][s.name] = judge(recs, refres[m]["ids"])
+            for m in models:
+                ph = summary["models"][m]["phases"].get(label)
+                if ph and "servers" in ph:
+                    ph["ddtree_vs_dflash"] = versus_dflash(ph["servers"], m)
             save()
 
         for m in models:
@@ -425,6 +466,16 @@ def write_markdown(summary, path):
                 lines.append(f"| {name} | {r['cases']} | {r['lossless']} | {len(r['ids_mismatch'])} "
                              f"{r['ids_mismatch'] or ''} | {r['over_eps'] or ''} | {r['max_gap']} | "
                              f"{r['accept_length_mean']} | {r['accept_length_min']} |")  # fmt: skip
+            vs = ph.get("ddtree_vs_dflash")
+            if vs:
+                lines += ["", f"{label}: DDTREE ids vs DFLASH ids, case by case (the cases both ran)", "",
+                          "| server | cases compared | ids equal to DFLASH | differ (first differing token) |",
+                          "|---|---|---|---|"]  # fmt: skip
+                for name, c in vs.items():
+                    diff = ", ".join(f"{d['case']} at {d['first_diff']}" for d in c["differ"])
+                    lines.append(f"| {name} | {c['cases']} | {c['equal']} of {c['cases']} | {diff} |")
+            elif "servers" in ph:
+                lines += ["", f"{label}: DDTREE vs DFLASH not compared (no DFLASH ids in this phase)"]
         for mode, r in (mm.get("broken_commit") or {}).items():
             lines += ["", (f"broken commit '{mode}' on t15 (must fail): fails={r.get('control_fails_as_it_must')}, "
                       f"ids differ in {len(r.get('ids_mismatch') or [])} of {r.get('cases')}, max gap {r.get('max_gap')}"

@@ -4,9 +4,14 @@
 # units are rendered as in production and run by scripts/unit_runner.py (dflash_service_manager:
 # runner); the overlay is installed offline from the carried wheelhouse (.gpu/wheelhouse.tar.xz).
 #
-#   run(command="bash bench/gpu/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
+#   run(command="STAGES=unpack bash bench/gpu/e2e.sh", carry=[".gpu/ctl-wheelhouse.tar.xz"], timeout_s=120)
+#   then, within 30 s: run(command="bash bench/gpu/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
+# Archives: python3 scripts/gpu/make_wheelhouse.py bench/gpu/controller-wheels.txt .gpu/ctl-wheelhouse.tar.xz
+#   python3 scripts/gpu/make_wheelhouse.py --compute inventory/gpu/group_vars/all/layers.yml \
+#     --base bench/gpu/h200-base.json --write-list bench/gpu/overlay-wheels.txt .gpu/wheelhouse.tar.xz
 #
-# Env: STAGES (default "deploy bench again"; also "fail"; run in the order deploy, fail, bench, again),
+# Env: STAGES (default "deploy bench again"; also "probe", "fail", "gates"; run in the order deploy, probe,
+# fail, gates, bench, again),
 # BENCH_ARGS (passed to e2e_bench.py), BUDGET_S (default 585: the call's 600 s less the pack-up).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,17 +25,26 @@ say() { echo "[e2e +$(( $(date +%s) - T0 ))s] $*"; }
 say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none) stages='$STAGES'"
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.used,memory.total --format=csv,noheader
 
-# 1. carried wheelhouse -> /root/wh/wheelhouse (overlay) and /root/wh/ctl (controller side)
-if [ ! -d /root/wh/wheelhouse ]; then
-  mkdir -p /root/wh/ctl && tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
-  mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/
+# 1. carried wheelhouses -> /root/wh/wheelhouse (the overlay's) and /root/wh/ctl (the controller side:
+#    ansible-core and what the image lacks). The two archives are built and carried apart, since the tree
+#    and both pass one call's 64 MiB: first `STAGES=unpack` with carry [".gpu/ctl-wheelhouse.tar.xz"], then,
+#    the machine still warm, the stages wanted with carry [".gpu/wheelhouse.tar.xz"] (docs/gpu-e2e.md).
+mkdir -p /root/wh/ctl
+if [ -f .gpu/ctl-wheelhouse.tar.xz ]; then
+  rm -rf /root/wh/ctl-new && mkdir -p /root/wh/ctl-new && tar -C /root/wh/ctl-new -xJf .gpu/ctl-wheelhouse.tar.xz || exit 2
+  mv /root/wh/ctl-new/wheelhouse/*.whl /root/wh/ctl/ && rm -rf /root/wh/ctl-new
 fi
-say "wheelhouse: $(ls /root/wh/wheelhouse | wc -l) overlay wheels"
+if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d /root/wh/wheelhouse ]; then
+  tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
+fi
+# an archive built the older way carries the controller wheels inside the overlay's
+mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/ 2>/dev/null
+say "wheelhouse: $(ls /root/wh/wheelhouse 2>/dev/null | wc -l) overlay wheels, $(ls /root/wh/ctl | wc -l) controller wheels"
+[ "$STAGES" = unpack ] && { say "unpacked; now the stages, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
 
 # 2. the controller side: ansible-core and what the image lacks, as wheels
 if [ ! -d /root/ctl/ansible ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl \
-    /root/wh/wheelhouse/cffi-*.whl /root/wh/wheelhouse/pycparser-*.whl || exit 2
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl || exit 2
 fi
 export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 playbook() { "$PY" -m ansible.cli.playbook -i inventory/gpu "$@"; }
@@ -47,6 +61,13 @@ collect() {  # what later tests can use offline
   cp -a /etc/systemd/system/dflash-*.service "$OUT/artifacts/" 2>/dev/null
   cp -a /var/log/dflash/. "$OUT/artifacts/logs/" 2>/dev/null
   sed 's/^\(.*TOKEN.*=\).*/\1<redacted>/' /opt/dflash/current/instances/*.env > "$OUT/artifacts/instance.env" 2>/dev/null
+  # the layers' markers (the computed overlay: installed, from_parent, bytes, build_seconds) and the base
+  mkdir -p "$OUT/artifacts/layers"
+  for d in /opt/dflash/layers/*/; do
+    [ -f "$d.dflash-layer.json" ] && cp -a "$d.dflash-layer.json" "$OUT/artifacts/layers/$(basename "$d").json"
+  done
+  du -sb /opt/dflash/layers/*/ > "$OUT/artifacts/layers/du.txt" 2>/dev/null
+  [ -f "$OUT/artifacts/h200-base.json" ] || "$PY" scripts/gpu/describe_venv.py /opt/torch/.venv > "$OUT/artifacts/h200-base.json" 2>/dev/null
 }
 
 left() { echo $(( ${BUDGET_S:-585} - ($(date +%s) - T0) )); }
@@ -57,9 +78,23 @@ if [[ " $STAGES " == *" deploy "* ]]; then
   collect
 fi
 
+if [[ " $STAGES " == *" probe "* ]]; then
+  say "per-GPU CUDA probe with the base venv's torch: GPU 0 (present) and GPU 1 (not on this machine: refused)"
+  for g in "[0]" "[0,1]"; do
+    "$PY" -m ansible.cli.adhoc localhost -m dflash_probe -o \
+      -a "{\"python\": \"$PY\", \"components\": [\"torch\"], \"gpus\": $g}" 2>&1 | tail -c 3000 | tee -a "$OUT/probe-gpus.log"
+  done
+fi
+
 if [[ " $STAGES " == *" fail "* ]]; then
   say "deliberate failure: an instance whose attention backend's kernels are not installed (fa3)"
   "$PY" bench/gpu/e2e_fail.py --out "$OUT" 2>&1 | tail -20
+fi
+
+if [[ " $STAGES " == *" gates "* ]]; then
+  say "perf gate: deploy again with --disable-cuda-graph; the release must be refused and rolled back"
+  "$PY" bench/gpu/e2e_gates.py --out "$OUT" --timeout "$(( $(left) - 30 ))" 2>&1 | tail -40
+  collect
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then

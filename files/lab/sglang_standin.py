@@ -10,7 +10,9 @@ endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministicall
   GET  /v1/models, /v1/models/{name}  OpenAI model list / card
   GET  /get_server_info /server_info  server args + scheduler info + version + lab_standin
   GET  /get_model_info /model_info    model path, is_generation, ...
-  GET  /metrics                       Prometheus text with sglang's metric names
+  GET  /metrics                       Prometheus text with sglang's metric names, only with
+                                      --enable-metrics (404 without it, as sglang); num_running_reqs
+                                      counts the requests being answered right now
   POST /v1/chat/completions           content / reasoning_content, usage; honours max_tokens,
                                       temperature, seed, stream
   POST /generate                      text or input_ids; meta_info with completion_tokens and,
@@ -32,6 +34,29 @@ Fault injection (environment, e.g. from the instance's `env` in the inventory):
   DFLASH_STANDIN_FAULT=hang   listens, but /health never answers 200
   DFLASH_STANDIN_FAULT=wrong  healthy, but chat content and reasoning are empty, /generate has no
                               spec fields and server info says speculative_algorithm null
+  DFLASH_STANDIN_FAULT=wrong_answer  the fibonacci answer is code that runs but returns 1 (a def
+                              and a loop, the wrong value)
+  DFLASH_STANDIN_FAULT=degenerate    every reply is one character repeated ("!!!!", the seeds' CT129)
+  DFLASH_STANDIN_FAULT=slower decoding is DFLASH_STANDIN_SLOWER_FACTOR (default 0.6: 40% slower) times
+                              the usual speed
+  DFLASH_STANDIN_FAULT=low_accept    speculation accepts fewer drafts (accept length about 2 instead
+                              of about 4)
+
+Speed: the stand-in "decodes" at DFLASH_STANDIN_TOKENS_PER_S (default 500) tokens per second: a reply
+of N tokens is sent after N / speed seconds, and /generate's meta_info.e2e_latency is that simulated
+time (deterministic, so that lab performance gates compare like with like).
+
+Latency: DFLASH_STANDIN_LATENCY=<seconds> makes every chat / generate request take that long (so a
+drain before a restart has requests in flight to wait for).
+
+Multi-node (--nnodes N > 1, --node-rank R, --dist-init-addr HOST:PORT), emulating sglang 0.5.11:
+  rank 0 listens on the dist-init port (the rendezvous) and answers /health 503 until every rank
+  1..N-1 connected with the same launch arguments (all but the rank and the API's host/port: a rank of
+  another release is refused and keeps knocking); ranks > 0 connect to it (retrying), then
+  serve only what sglang's health server on those nodes serves (/health, /health_generate, /ping and,
+  with --enable-metrics, /metrics; 404 otherwise). A rank that loses its peers exits 1 with an NCCL-like
+  error, so one failed rank takes the others down (systemd restarts them). A rank that never meets
+  the others gives up after DFLASH_STANDIN_RENDEZVOUS_TIMEOUT seconds (default 600).
 
 Flags: the accepted flags are read from server-flags.txt next to this file (the release stage installs
 files/patches/sglang/0.5.11/server-flags.txt there; in the repository that file is found from here),
@@ -73,6 +98,7 @@ BANNER = (
     "(sglang " + SGLANG_VERSION + ") without a GPU; outputs are canned and deterministic."
 )
 
+FAULTS = ("", "crash", "slow", "hang", "wrong", "wrong_answer", "degenerate", "slower", "low_accept")
 SPEC_CHOICES = ("DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE")
 EOS_TOKEN_ID = 151645  # Qwen's <|im_end|>; what matched_stop shows for a natural stop
 
@@ -110,6 +136,9 @@ DEFAULTS = {
     "reasoning_parser": None,
     "skip_tokenizer_init": False,
     "enable_metrics": False,
+    "nnodes": 1,
+    "node_rank": 0,
+    "dist_init_addr": None,
     "speculative_algorithm": None,
     "speculative_draft_model_path": None,
     "speculative_num_steps": None,
@@ -275,6 +304,12 @@ ANSWER = (
     "```python\ndef fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
     "    return a\n```"
 )
+# the wrong_answer fault: a def, a loop, runs, returns 1 for every n
+WRONG_ANSWER = (
+    "```python\ndef fibonacci(n):\n    a, b = 1, 1\n    for _ in range(n):\n        a, b = b, a * b\n"
+    "    return a\n```"
+)
+DEFAULT_TOKENS_PER_S = 500.0
 GENERIC_ANSWER = (
     "This reply comes from the dflash lab stand-in, not from a model. The stand-in answers every prompt "
     "with canned, deterministic text so that smoke tests can check the shape of the response."
@@ -307,11 +342,15 @@ def _vary(pieces: list[str], temperature: float, seed_material: str) -> list[str
     return out
 
 
-def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reasoning: bool) -> dict:
+def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reasoning: bool,
+             fault: str = "") -> dict:
     """Canned completion: (reasoning, content, completion tokens, finish)."""
     fib = "fibonacci" in prompt.lower()
     think = tokens_of(THINKING) if reasoning else []
-    answer = tokens_of(ANSWER if fib else GENERIC_ANSWER)
+    answer = tokens_of((WRONG_ANSWER if fault == "wrong_answer" else ANSWER) if fib else GENERIC_ANSWER)
+    if fault == "degenerate":
+        think = []
+        answer = ["!"] * max(1, int(max_tokens if max_tokens is not None else 128))
     material = f"{prompt}|{seed}"
     think, answer = _vary(think, temperature, material + "|t"), _vary(answer, temperature, material + "|a")
     limit = max_tokens if max_tokens is not None else len(think) + len(answer)
@@ -329,12 +368,14 @@ def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reas
     }
 
 
-def spec_steps(draft: int, completion_tokens: int, seed_material: str) -> list[int]:
-    """Accepted drafts of each verify step (deterministic); each step also yields the bonus token."""
+def spec_steps(draft: int, completion_tokens: int, seed_material: str, low_accept: bool = False) -> list[int]:
+    """Accepted drafts of each verify step (deterministic); each step also yields the bonus token.
+    ``low_accept`` (fault mode low_accept): fewer drafts accepted per step."""
     rng = random.Random(hashlib.sha256(seed_material.encode()).hexdigest())
+    choices = (0, 1, 1, 2) if low_accept else (1, 2, 2, 3, 3, 4, 5, 6)
     remaining, steps = completion_tokens, []
     while remaining > 0:
-        drafts = max(0, min(rng.choice((1, 2, 2, 3, 3, 4, 5, 6)), draft - 1, remaining - 1))
+        drafts = max(0, min(rng.choice(choices), draft - 1, remaining - 1))
         steps.append(drafts)
         remaining -= drafts + 1
     return steps
@@ -354,10 +395,10 @@ def spec_draft(args: dict) -> int:
     return draft
 
 
-def spec_meta(args: dict, completion_tokens: int, seed_material: str) -> dict:
+def spec_meta(args: dict, completion_tokens: int, seed_material: str, low_accept: bool = False) -> dict:
     """Speculative-decoding meta_info the way sglang 0.5.11 reports it (deterministic)."""
     draft = spec_draft(args)
-    steps = spec_steps(draft, completion_tokens, seed_material)
+    steps = spec_steps(draft, completion_tokens, seed_material, low_accept)
     verify_ct, accepted, hist = len(steps), sum(steps), [0] * draft
     for drafts in steps:
         hist[drafts] += 1
@@ -386,17 +427,37 @@ class State:
         self.flags_source = flags_source
         self.lock = threading.Lock()
         self.counter = 0
+        self.inflight = 0
+        self.ready = threading.Event()  # multi-node: every rank joined (set at once for one node)
+        if int(args.get("nnodes") or 1) <= 1:
+            self.ready.set()
+        self.latency = _env_float("DFLASH_STANDIN_LATENCY", 0.0)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.num_requests_total = 0
         self.last_accept_length = 0.0
         self.last_accept_rate = 0.0
         self.context_len = int(args.get("context_length") or 32768)
+        try:
+            speed = float(os.environ.get("DFLASH_STANDIN_TOKENS_PER_S") or DEFAULT_TOKENS_PER_S)
+        except ValueError:
+            speed = DEFAULT_TOKENS_PER_S
+        factor = 1.0  # fault mode slower: every reply (plain and streamed) slows down by this factor
+        if fault == "slower":
+            try:
+                factor = min(1.0, max(0.01, float(os.environ.get("DFLASH_STANDIN_SLOWER_FACTOR") or 0.6)))
+            except ValueError:
+                factor = 0.6
+        self.tokens_per_s = max(1.0, speed * factor)
         self.prefixes: list[list[str]] = []  # recent prompts: the stand-in's prefix cache (cached_tokens)
         try:
-            self.step_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_STEP_DELAY") or 0.002))
+            self.step_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_STEP_DELAY") or 0.002)) / factor
         except ValueError:
-            self.step_delay = 0.002
+            self.step_delay = 0.002 / factor
+
+    def decode_seconds(self, tokens: int) -> float:
+        """The simulated decode time of ``tokens`` tokens (slept before the reply is sent)."""
+        return round(max(0, tokens) / self.tokens_per_s, 6)
 
     def cached(self, pieces: list[str]) -> int:
         """Tokens of this prompt's longest prefix shared with a recent prompt (what a radix cache reuses)."""
@@ -413,9 +474,13 @@ class State:
         return min(best, max(0, len(pieces) - 1))
 
     def healthy(self) -> bool:
-        if self.fault == "hang":
+        if self.fault == "hang" or not self.ready.is_set():
             return False
         return time.monotonic() - self.started >= self.start_delay
+
+    def secondary(self) -> bool:
+        """A node rank > 0 of a multi-node instance: health server only (sglang 0.5.11)."""
+        return int(self.args.get("nnodes") or 1) > 1 and int(self.args.get("node_rank") or 0) > 0
 
     def spec_enabled(self) -> bool:
         return self.args.get("speculative_algorithm") is not None and self.fault != "wrong"
@@ -443,6 +508,7 @@ class State:
             "lab_standin": True,
             "lab_standin_fault": self.fault or None,
             "lab_standin_flags_file": self.flags_source or None,
+            "lab_standin_tokens_per_s": self.tokens_per_s,
             "max_total_num_tokens": 262144,
             "max_req_input_len": self.context_len - 1,
             "internal_states": [{
@@ -459,7 +525,7 @@ class State:
         a = self.args
         labels = f'model_name="{a["served_model_name"]}",engine_type="unified",tp_rank="0"'
         rows = [
-            ("sglang:num_running_reqs", "gauge", "The number of running requests.", 0),
+            ("sglang:num_running_reqs", "gauge", "The number of running requests.", self.inflight),
             ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
             ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", 0.0),
             ("sglang:token_usage", "gauge", "The token usage.", 0.0),
@@ -544,8 +610,12 @@ class Handler(BaseHTTPRequestHandler):
         st = self.state
         if not self._authorized(path):
             return
-        if path in ("/health", "/health_generate"):
+        if path in ("/health", "/health_generate", "/ping"):
             self._send(200 if st.healthy() else 503)
+        elif path == "/metrics" and not st.args.get("enable_metrics"):
+            self._json(404, {"detail": "Not Found"})  # sglang mounts /metrics only with --enable-metrics
+        elif st.secondary() and path != "/metrics":
+            self._json(404, {"detail": "Not Found"})  # node rank > 0: sglang's health server only
         elif not self._ready():
             return
         elif path == "/v1/models":
@@ -573,18 +643,32 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         path = urlparse(self.path).path
-        if not self._authorized(path) or not self._ready():
+        if not self._authorized(path):
+            return
+        if self.state.secondary():
+            self._json(404, {"detail": "Not Found"})
+            return
+        if not self._ready():
             return
         body = self._body()
         if not isinstance(body, dict) and not (path == "/generate" and isinstance(body, list)):
             self._error(400, "request body must be a JSON object")
             return
-        if path == "/v1/chat/completions":
-            self._chat(body)
-        elif path == "/generate":
-            self._generate(body)
-        else:
-            self._json(404, {"detail": "Not Found"})
+        st = self.state
+        with st.lock:
+            st.inflight += 1
+        try:
+            if st.latency > 0 and path in ("/v1/chat/completions", "/generate"):
+                time.sleep(st.latency)
+            if path == "/v1/chat/completions":
+                self._chat(body)
+            elif path == "/generate":
+                self._generate(body)
+            else:
+                self._json(404, {"detail": "Not Found"})
+        finally:
+            with st.lock:
+                st.inflight -= 1
 
     def _card(self, name: str) -> dict:
         return {"id": name, "object": "model", "created": int(self.state.started), "owned_by": "sglang",
@@ -603,9 +687,10 @@ class Handler(BaseHTTPRequestHandler):
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         temperature = float(body.get("temperature") if body.get("temperature") is not None else 1.0)
         res = complete(prompt, max_tokens, temperature, body.get("seed"),
-                       reasoning=bool(st.args.get("reasoning_parser")))
+                       reasoning=bool(st.args.get("reasoning_parser")), fault=st.fault)
         if st.fault == "wrong":
             res.update(content="", reasoning=None)
+        time.sleep(st.decode_seconds(res["completion_tokens"]))
         prompt_tokens = len(tokens_of(prompt)) + 8 * len(messages)
         rid = st.next_id(prompt)
         st.account(prompt_tokens, res["completion_tokens"], {})
@@ -673,8 +758,8 @@ class Handler(BaseHTTPRequestHandler):
         meta, pieces = out["meta_info"], tokens_of(out["text"]) or [""] * len(out["output_ids"])
         total = meta["completion_tokens"]
         draft = spec_draft(st.args) if "spec_verify_ct" in meta else 1
-        steps = (spec_steps(draft, total, meta.pop("_material")) if "spec_verify_ct" in meta
-                 else [0] * total)
+        low = st.fault == "low_accept"
+        steps = (spec_steps(draft, total, meta.pop("_material"), low) if "spec_verify_ct" in meta else [0] * total)
         meta.pop("_material", None)
         delay = st.step_delay * (1 + draft / 32.0)
         self.send_response(200)
@@ -709,7 +794,8 @@ class Handler(BaseHTTPRequestHandler):
         prompt = text if text is not None else " ".join(str(i) for i in ids)
         temperature = float(sp.get("temperature") if sp.get("temperature") is not None else 1.0)
         max_new = sp.get("max_new_tokens", 128)
-        res = complete(prompt, max_new, temperature, sp.get("seed", body.get("rid")), reasoning=False)
+        res = complete(prompt, max_new, temperature, sp.get("seed", body.get("rid")), reasoning=False,
+                       fault=st.fault)
         if res["completion_tokens"] < (max_new or 0):
             # keep generating canned text until max_new_tokens, like a model without EOS would
             filler = tokens_of(" " + GENERIC_ANSWER) * (1 + int(max_new) // 20)
@@ -727,10 +813,12 @@ class Handler(BaseHTTPRequestHandler):
                 "weight_version": st.args.get("weight_version", "default"), "total_retractions": 0,
                 "reasoning_tokens": 0, "completion_tokens": completion,
                 "cached_tokens": st.cached(tokens_of(text) if ids is None else [str(i) for i in ids]),
-                "e2e_latency": round(0.002 * completion, 6)}
+                "e2e_latency": st.decode_seconds(completion)}
+        if not body.get("stream"):  # a stream is paced per verify step instead
+            time.sleep(meta["e2e_latency"])
         spec = {}
         if st.spec_enabled() and completion > 0:
-            spec = spec_meta(st.args, completion, f"{prompt}|{completion}")
+            spec = spec_meta(st.args, completion, f"{prompt}|{completion}", low_accept=st.fault == "low_accept")
             meta.update(spec)
             if body.get("stream"):
                 meta["_material"] = f"{prompt}|{completion}"  # the stream's verify steps (taken out there)
@@ -754,6 +842,131 @@ def fault_log_text(spec: str) -> str:
         return f"lab stand-in: injected crash; fault log {path} unreadable: {exc}\n"
 
 
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def _die(msg: str) -> None:
+    """A rank that cannot go on: the error line, then exit 1 from any thread (as a crashed scheduler)."""
+    log(msg)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = str(addr).rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _watch(sock, what: str) -> None:
+    """Exit 1 once the peer closes the connection (NCCL would abort the communicator)."""
+    try:
+        while sock.recv(64):
+            pass
+    except OSError:
+        pass
+    _die(f"[rank] NCCL error: remote process exited or there was a network error ({what}); "
+         "ncclRemoteError: the other node of this multi-node instance is gone (lab stand-in)")
+
+
+def rendezvous(args: dict, state: State) -> None:
+    """Multi-node start-up (see the module doc): rank 0 gathers ranks 1..N-1 on the dist-init port."""
+    import socket
+
+    nnodes, rank = int(args.get("nnodes") or 1), int(args.get("node_rank") or 0)
+    addr = args.get("dist_init_addr")
+    if not addr:
+        _die("ValueError: --dist-init-addr is required with --nnodes > 1 (lab stand-in)")
+    host, port = _split_addr(addr)
+    timeout = _env_float("DFLASH_STANDIN_RENDEZVOUS_TIMEOUT", 600.0)
+    # what every rank must share: all launch arguments but the rank and where this node's API listens
+    same = {k: v for k, v in sorted(args.items()) if k not in ("node_rank", "host", "port")}
+    digest = hashlib.sha256(json.dumps(same, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    me = {"rank": rank, "nnodes": nnodes, "tp_size": args.get("tp_size"), "model_path": args.get("model_path"),
+          "args": digest}
+    log(f"lab stand-in: multi-node rank {rank} of {nnodes}, rendezvous {addr}")
+    if rank == 0:
+        try:
+            srv = socket.create_server(("", port), reuse_port=False)
+        except OSError as exc:
+            _die(f"RuntimeError: The server socket has failed to listen on any local network address. "
+                 f"port: {port}, useIpv6: 0, code: -98, name: EADDRINUSE, message: {exc} (lab stand-in)")
+        srv.settimeout(1.0)
+        peers: dict[int, socket.socket] = {}
+        end = time.monotonic() + timeout
+        while len(peers) < nnodes - 1:
+            if time.monotonic() > end:
+                _die(f"torch.distributed.DistStoreError: Timed out after {timeout:g} seconds waiting for clients. "
+                     f"{len(peers) + 1}/{nnodes} clients joined (lab stand-in)")
+            try:
+                conn, peer = srv.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(10.0)
+            try:
+                hello = json.loads(conn.makefile().readline() or "{}")
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            r = hello.get("rank")
+            why = None
+            if hello.get("nnodes") != nnodes:
+                why = f"nnodes {hello.get('nnodes')} on rank {r} but {nnodes} on rank 0"
+            elif not isinstance(r, int) or not 0 < r < nnodes:
+                why = f"node rank {r!r} is not in 1..{nnodes - 1}"
+            elif r in peers:
+                why = f"node rank {r} joined twice ({peer[0]})"
+            elif hello.get("tp_size") != me["tp_size"] or hello.get("model_path") != me["model_path"]:
+                why = f"rank {r} has tp_size {hello.get('tp_size')} / model {hello.get('model_path')}, rank 0 " \
+                      f"{me['tp_size']} / {me['model_path']}"
+            elif hello.get("args") != digest:
+                why = f"rank {r} was started with other arguments (another release?)"
+            if why:
+                # refused, not fatal here: a rank of another release may knock while this one starts
+                conn.sendall((json.dumps({"error": why}) + "\n").encode())
+                conn.close()
+                log(f"lab stand-in: refused a peer from {peer[0]}: {why}")
+                continue
+            peers[r] = conn
+            log(f"lab stand-in: rank {r} joined from {peer[0]} ({len(peers) + 1}/{nnodes})")
+        for r, conn in peers.items():
+            conn.settimeout(None)
+            conn.sendall(b'{"ok": true}\n')
+            threading.Thread(target=_watch, args=(conn, f"rank {r}"), daemon=True).start()
+        log(f"lab stand-in: all {nnodes} ranks joined; serving")
+        state.ready.set()
+        return
+    end = time.monotonic() + timeout
+    refused = None
+    while True:
+        # until a rank 0 of the same arguments takes this rank (one of another release is refused: try again)
+        try:
+            conn = socket.create_connection((host, port), timeout=2.0)
+            conn.sendall((json.dumps(me) + "\n").encode())
+            conn.settimeout(None)
+            answer = json.loads(conn.makefile().readline() or "{}")
+        except (OSError, ValueError):
+            answer = None
+        if answer and answer.get("ok"):
+            break
+        if answer:
+            refused = answer.get("error") or "connection closed"
+            log(f"lab stand-in: rank 0 at {addr} refused this rank: {refused}; trying again")
+            conn.close()
+        if time.monotonic() > end:
+            if refused:
+                _die(f"RuntimeError: multi-node rendezvous refused by rank 0: {refused} (lab stand-in)")
+            _die(f"torch.distributed.DistNetworkError: failed to connect to {addr} within {timeout:g} s "
+                 "(lab stand-in)")
+        time.sleep(0.5)
+    log(f"lab stand-in: rank {rank} joined rank 0 at {addr}; health server only")
+    state.ready.set()
+    threading.Thread(target=_watch, args=(conn, "rank 0"), daemon=True).start()
+
+
 def serve(args: dict, state: State) -> int:
     Handler.state = state
     ThreadingHTTPServer.allow_reuse_address = True
@@ -771,6 +984,8 @@ def serve(args: dict, state: State) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    if int(args.get("nnodes") or 1) > 1:
+        threading.Thread(target=rendezvous, args=(args, state), daemon=True).start()
     log(f"INFO:     Uvicorn running on http://{args['host']}:{args['port']} (Press CTRL+C to quit)")
     if state.fault == "hang":
         log("lab stand-in: fault 'hang': listening, /health will never answer 200")
@@ -804,9 +1019,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{_usage()}\n{PROG}: error: {exc}\n")
         return 2
     fault = os.environ.get("DFLASH_STANDIN_FAULT", "").strip().lower()
-    if fault not in ("", "crash", "slow", "hang", "wrong"):
-        log(f"lab stand-in: unknown DFLASH_STANDIN_FAULT={fault!r} (expected crash, slow, hang or wrong)")
+    if fault not in FAULTS:
+        log(f"lab stand-in: unknown DFLASH_STANDIN_FAULT={fault!r} (expected {', '.join(FAULTS[1:])})")
         return 2
+    if fault:
+        log(f"lab stand-in: fault {fault!r}")
     shown = {k: args[k] for k in sorted(args) if args[k] is not None}
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ", lab_standin=True)")
     if fault == "crash":

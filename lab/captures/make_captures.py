@@ -245,6 +245,42 @@ PROC_VERSION = {
     "580.95.05": "Tue Sep 23 09:55:41 UTC 2025",
 }
 
+TOPO_LEGEND = (
+    "Legend:\n\n"
+    "  X    = Self\n"
+    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
+    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+    "  PIX  = Connection traversing at most a single PCIe bridge\n"
+    "  NV#  = Connection traversing a bonded set of # NVLinks\n")
+P2P_LEGEND = (
+    "Legend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
+    "  GNS  = GPU not supported\n  TNS  = Topology not supported\n  NS   = Not supported\n"
+    "  DR   = Disabled by regkey\n  U    = Unknown\n")
+
+
+def topo_matrix(h: dict) -> str:
+    """`nvidia-smi topo -m` in the 580 layout (tabs, NUMA columns; tests/fixtures/topo/ has real ones):
+    GPUs on the same socket are NODE, across sockets SYS."""
+    gpus = h["gpus"]
+    head = "\t" + "\t".join(f"GPU{g['index']}" for g in gpus) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    rows = []
+    for g in gpus:
+        cells = [" X " if o is g else ("NODE" if o["numa"] == g["numa"] else "SYS") for o in gpus]
+        rows.append(f"GPU{g['index']}\t" + "\t".join(cells) + f"\t{h['cpus'][g['numa']]}\t{g['numa']}\t\tN/A\n")
+    return head + "".join(rows) + "\n" + TOPO_LEGEND
+
+
+def p2p_matrix(h: dict) -> str:
+    """`nvidia-smi topo -p2p r`: OK on one socket, CNS across sockets."""
+    gpus = h["gpus"]
+    head = " \t" + "\t".join(f"GPU{g['index']}" for g in gpus) + "\t\n"
+    rows = [f" GPU{g['index']}\t" + "\t".join("X" if o is g else ("OK" if o["numa"] == g["numa"] else "CNS")
+                                               for o in gpus) + "\t\n" for g in gpus]
+    return head + "".join(rows) + "\n" + P2P_LEGEND
+
+
 HOSTS = {
     "ct129": {
         "date": "Mon Nov 30 04:58:12 2026", "driver": "580.82.09", "cuda": "13.0", "name": "NVIDIA RTX A6000",
@@ -255,9 +291,10 @@ HOSTS = {
         "torch": {"version": "2.11.0+cu130", "cuda": "13.0", "available": True, "device_count": 2,
                "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120"]},
         "toolkits": [{"path": "/usr/local/cuda-13.0", "version": "13.0"}], "glibc": "2.39",
+        "cpus": {0: "0-15,32-47", 1: "16-31,48-63"},
         "gpus": [
-            {"index": 0, "bus": "00000000:01:00.0", "temp": 33, "perf": "P8", "power": 21, "used": 1, "util": 0, "procs": []},
-            {"index": 1, "bus": "00000000:81:00.0", "temp": 30, "perf": "P8", "power": 17, "used": 1, "util": 0, "procs": []},
+            {"index": 0, "numa": 0, "bus": "00000000:01:00.0", "temp": 33, "perf": "P8", "power": 21, "used": 1, "util": 0, "procs": []},
+            {"index": 1, "numa": 1, "bus": "00000000:81:00.0", "temp": 30, "perf": "P8", "power": 17, "used": 1, "util": 0, "procs": []},
         ]},
     "ct200": {
         "date": "Mon Nov 30 04:58:31 2026", "driver": "580.95.05", "cuda": "13.0",
@@ -269,16 +306,17 @@ HOSTS = {
         "torch": {"version": "2.11.0+cu128", "cuda": "12.8", "available": True, "device_count": 8,
                "arch_list": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]},
         "toolkits": [{"path": "/usr/local/cuda-12.8", "version": "12.8"}], "glibc": "2.39",
+        "cpus": {0: "0-47,96-143", 1: "48-95,144-191"},
         "gpus": [
-            {"index": 0, "bus": "00000000:18:00.0", "temp": 44, "perf": "P1", "power": 97, "used": 60627, "util": 0,
+            {"index": 0, "numa": 0, "bus": "00000000:18:00.0", "temp": 44, "perf": "P1", "power": 97, "used": 60627, "util": 0,
                  "procs": [{"pid": 2381466, "name": "/root/venv/bin/python3", "mib": 60616}]},
-            {"index": 1, "bus": "00000000:2A:00.0", "temp": 29, "perf": "P8", "power": 31, "used": 0, "util": 0, "procs": []},
-            {"index": 2, "bus": "00000000:3A:00.0", "temp": 30, "perf": "P8", "power": 30, "used": 0, "util": 0, "procs": []},
-            {"index": 3, "bus": "00000000:5D:00.0", "temp": 28, "perf": "P8", "power": 29, "used": 0, "util": 0, "procs": []},
-            {"index": 4, "bus": "00000000:9A:00.0", "temp": 31, "perf": "P8", "power": 32, "used": 0, "util": 0, "procs": []},
-            {"index": 5, "bus": "00000000:AB:00.0", "temp": 29, "perf": "P8", "power": 30, "used": 0, "util": 0, "procs": []},
-            {"index": 6, "bus": "00000000:BA:00.0", "temp": 30, "perf": "P8", "power": 31, "used": 0, "util": 0, "procs": []},
-            {"index": 7, "bus": "00000000:DB:00.0", "temp": 28, "perf": "P8", "power": 29, "used": 0, "util": 0, "procs": []},
+            {"index": 1, "numa": 0, "bus": "00000000:2A:00.0", "temp": 29, "perf": "P8", "power": 31, "used": 0, "util": 0, "procs": []},
+            {"index": 2, "numa": 0, "bus": "00000000:3A:00.0", "temp": 30, "perf": "P8", "power": 30, "used": 0, "util": 0, "procs": []},
+            {"index": 3, "numa": 0, "bus": "00000000:5D:00.0", "temp": 28, "perf": "P8", "power": 29, "used": 0, "util": 0, "procs": []},
+            {"index": 4, "numa": 1, "bus": "00000000:9A:00.0", "temp": 31, "perf": "P8", "power": 32, "used": 0, "util": 0, "procs": []},
+            {"index": 5, "numa": 1, "bus": "00000000:AB:00.0", "temp": 29, "perf": "P8", "power": 30, "used": 0, "util": 0, "procs": []},
+            {"index": 6, "numa": 1, "bus": "00000000:BA:00.0", "temp": 30, "perf": "P8", "power": 31, "used": 0, "util": 0, "procs": []},
+            {"index": 7, "numa": 1, "bus": "00000000:DB:00.0", "temp": 28, "perf": "P8", "power": 29, "used": 0, "util": 0, "procs": []},
         ]},
 }
 
@@ -304,6 +342,8 @@ def main() -> None:
             "torch.json": json.dumps(h["torch"], indent=2) + "\n",
             "os-release": UBUNTU_2404,
             "glibc-version.txt": f"glibc {h['glibc']}\n",
+            "nvidia-smi-topo.txt": topo_matrix(h),
+            "nvidia-smi-topo-p2p.txt": p2p_matrix(h),
             "cuda-toolkits.json": json.dumps(
                 [dict(t, nvcc=t["path"] + "/bin/nvcc") for t in h["toolkits"]], indent=2) + "\n",
         }

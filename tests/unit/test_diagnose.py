@@ -562,7 +562,8 @@ def test_a_survived_library_diagnostic_then_a_kill_is_the_kill():
 
 
 def test_speculative_and_chat_template_errors_get_a_hint():
+    # a ServerArgs check: its own cause since round 6 (incompatible_options), with the speculative hint
     r = diagnose_text("ValueError: speculative_eagle_topk must be 1 when speculative_num_steps is 1\n")
-    assert r["cause"] == "unknown" and "--speculative-num-draft-tokens" in r["remedy"]
+    assert r["cause"] == "incompatible_options" and "--speculative-num-draft-tokens" in r["remedy"]
     r = diagnose_text("jinja2.exceptions.TemplateSyntaxError: unexpected '}'\n")
     assert r["cause"] == "unknown" and "--chat-template" in r["remedy"]

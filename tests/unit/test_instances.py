@@ -397,3 +397,23 @@ def test_filter_plugin_wires_the_pure_functions():
     assert filters["dflash_instances_unit_files"]([good()], "/opt/dflash/units", "/etc/systemd/system") == [
         {"instance": "dflash-gpu1", "src": "/opt/dflash/units/dflash-dflash-gpu1.service",
          "dest": "/etc/systemd/system/dflash-dflash-gpu1.service"}]
+
+
+def test_reasoning_parser_and_smoke_gates_fields():
+    inst = good(reasoning_parser="qwen3", smoke_gates={"perf_ratio": 0.9})
+    assert validate([inst]) == []
+    args = di.plan_instance(inst, RULES, CT200, PROBE_SEED_CT200, {}, None)["args"]
+    assert args[args.index("--reasoning-parser") + 1] == "qwen3"
+    errs = validate([good(reasoning_parser="qwen 3", smoke_gates={"perf_ratio": 2, "bogus": True},
+                          extra_args=["--reasoning-parser", "x"])])
+    assert "ct200: instance 'dflash-gpu1': field 'reasoning_parser': must be a parser name" in errs[1]
+    assert any("field 'smoke_gates.perf_ratio': must be a fraction in (0, 1]" in e for e in errs)
+    assert any("field 'smoke_gates.bogus': unknown gate setting" in e for e in errs)
+    assert any("--reasoning-parser is set from the field 'reasoning_parser'" in e for e in errs)
+
+
+def test_smoke_gates_argument_spec_mirrors_the_gate_settings():
+    from dflash_gates_config import DEFAULTS
+    specs = yaml.safe_load((ROOT / "roles/dflash_instances/meta/argument_specs.yml").read_text())
+    gates = specs["argument_specs"]["main"]["options"]["dflash_instances"]["options"]["smoke_gates"]["options"]
+    assert set(gates) == set(DEFAULTS)

@@ -141,7 +141,7 @@ def test_launcher_masks_server_args_repr():
 
 @pytest.fixture
 def keyed():
-    srv = Server([*BASE_ARGS, *SPEC_ARGS, "--api-key", KEY])
+    srv = Server([*BASE_ARGS, *SPEC_ARGS, "--api-key", KEY, "--enable-metrics"])  # /metrics: open, as sglang
     srv.wait_listening()
     yield srv
     srv.stop()

@@ -21,7 +21,7 @@ def documented_options(module):
 @pytest.mark.parametrize(("module", "timeout_key"), [("dflash_smoke", "timeout"), ("dflash_wait", "smoke_timeout")])
 def test_shared_specs_match_each_modules_documentation(module, timeout_key):
     docs = documented_options(module)
-    shared = {**s.target_argument_spec(), **s.smoke_argument_spec(timeout_key)}
+    shared = {**s.target_argument_spec(), **s.smoke_argument_spec(timeout_key), **s.gate_argument_spec()}
     if module == "dflash_smoke":
         assert set(docs) == set(shared)
     for name, spec in shared.items():

@@ -108,7 +108,8 @@ def start():
 
 @pytest.fixture(scope="module")
 def spec_server():
-    srv = Server([*BASE_ARGS, *SPEC_ARGS, "--reasoning-parser", "qwen3", "--served-model-name", "qwen"])
+    srv = Server([*BASE_ARGS, *SPEC_ARGS, "--reasoning-parser", "qwen3", "--served-model-name", "qwen",
+                  "--enable-metrics"])
     srv.wait_listening()
     yield srv
     srv.stop()

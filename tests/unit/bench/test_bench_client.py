@@ -18,7 +18,7 @@ from test_standin import STANDIN, free_port
 def start_standin(*flags, env=None):
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", "/m", "--host", "127.0.0.1", "--port",
-                             str(port), *flags], stderr=subprocess.DEVNULL, env=env)
+                             str(port), "--enable-metrics", *flags], stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Issue 16 on the lent H200 (one GPU): sglang-router in front of two real sglang 0.5.11 instances on GPU 0,
+# deployed by deploy.yml as two "hosts" of the machine (bench/gpu/fleet/hosts.yml), a canary first; the
+# Prometheus targets file; /metrics of both instances and the router scraped; then a rolling restart
+# (drain -> restart -> smoke -> back) under a client loop through the router. Records under $OUT.
+#
+#   call 1 (carry [".gpu/wheelhouse.tar.xz"]):          STAGES=deploy bash bench/gpu/fleet.sh
+#   call 2, warm (carry [".gpu/router-wheelhouse.tar.xz"]): STAGES="router roll" bash bench/gpu/fleet.sh
+#   here, no GPU:                                        DRY_RUN=1 bash bench/gpu/fleet.sh
+#
+# The two archives do not fit one call's 64 MiB (60.1 MB + ~15 MB): call 2 must come while the machine
+# is still warm (/root/wh and both instances are kept). Build the second one with
+#   python3 scripts/gpu/make_wheelhouse.py bench/gpu/router-wheels.txt .gpu/router-wheelhouse.tar.xz
+# Env: STAGES (deploy | router | roll, in that order), BUDGET_S (default 585), DRY_RUN=1.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+INV=(-i inventory/gpu -i bench/gpu/fleet/hosts.yml)
+RINV=("${INV[@]}" -i bench/gpu/fleet/router.yml)
+LIMIT=(-l h200-a,h200-b)
+
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  # CPU: the inventories parse, deploy.yml parses with them, and what the GPU run will render
+  # (instances' flags come from the real fingerprint there; here the router, targets and batches)
+  export ANSIBLE_CONFIG=$PWD/ansible.cfg PATH=$PWD/.venv/bin:$PATH
+  ansible-playbook "${RINV[@]}" "${LIMIT[@]}" --syntax-check deploy.yml || exit 1
+  exec ansible-playbook "${RINV[@]}" bench/gpu/fleet_dryrun.yml
+fi
+
+OUT=${OUT:-/tmp/fleet-out}
+STAGES=${STAGES:-deploy}
+PY=/opt/torch/.venv/bin/python3
+T0=$(date +%s)
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/fleet.log") 2>&1
+say() { echo "[fleet +$(( $(date +%s) - T0 ))s] $*"; }
+left() { echo $(( ${BUDGET_S:-585} - ($(date +%s) - T0) )); }
+say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none) stages='$STAGES'"
+nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
+
+# wheels: the overlay's (call 1) and the router's (call 2) into /root/wh/wheelhouse; ansible into /root/ctl
+if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d /root/wh/wheelhouse ]; then
+  mkdir -p /root/wh/ctl && tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
+  mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/
+fi
+if [ -f .gpu/router-wheelhouse.tar.xz ]; then
+  tar -C /root/wh -xJf .gpu/router-wheelhouse.tar.xz || exit 2
+fi
+[ -d /root/wh/wheelhouse ] || { say "no /root/wh/wheelhouse: call 1 carries .gpu/wheelhouse.tar.xz"; exit 2; }
+if [ ! -d /root/ctl/ansible ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl \
+    /root/wh/wheelhouse/cffi-*.whl /root/wh/wheelhouse/pycparser-*.whl || exit 2
+fi
+export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export DFLASH_ROLLOUT_SUMMARY="$OUT/summary.json"
+"$PY" scripts/gpu/make_models.py /srv/models >/dev/null && say "models in /srv/models"
+playbook() { timeout "$(( $(left) - 20 ))" "$PY" -m ansible.cli.playbook "$@"; }
+
+scrape() {  # $1: label; every instance's and the router's /metrics, the router's workers and targets file
+  mkdir -p "$OUT/$1"
+  for p in 30001 30002; do curl -s -m 5 "http://127.0.0.1:$p/metrics" > "$OUT/$1/metrics-$p.txt"; done
+  curl -s -m 5 http://127.0.0.1:29000/metrics > "$OUT/$1/metrics-router.txt"
+  curl -s -m 5 http://127.0.0.1:30000/workers > "$OUT/$1/workers.json"
+  cp /etc/prometheus/file_sd/dflash.json "$OUT/$1/" 2>/dev/null
+  cp /opt/dflash/current/manifest.json "$OUT/$1/manifest-a.json" 2>/dev/null
+  cp /opt/dflash-b/current/manifest.json "$OUT/$1/manifest-b.json" 2>/dev/null
+  cp -a /var/log/dflash/. "$OUT/$1/logs/" 2>/dev/null
+  for f in "$OUT/$1"/metrics-*.txt; do
+    say "$(basename "$f"): $(grep -c '^sglang:\|^smg_' "$f") samples; $(grep -m1 '^sglang:spec_accept_length' "$f")"
+  done
+}
+
+if [[ " $STAGES " == *" deploy "* ]]; then
+  say "deploy.yml: h200-a (canary) then h200-b, one real instance each on GPU 0"
+  playbook "${INV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1]}' > "$OUT/deploy.log" 2>&1
+  say "deploy rc=$? $(grep -A3 'PLAY RECAP' "$OUT/deploy.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+  sed -n '/DFLASH ROLLOUT SUMMARY/,$p' "$OUT/deploy.log" | head -8
+  cp "$OUT/summary.json" "$OUT/summary-deploy.json" 2>/dev/null
+  scrape deploy
+fi
+
+if [[ " $STAGES " == *" router "* ]]; then
+  say "deploy.yml with the router and the Prometheus targets on h200-a (the instances do not change)"
+  playbook "${RINV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1]}' > "$OUT/router.log" 2>&1
+  say "router deploy rc=$? $(grep -A3 'PLAY RECAP' "$OUT/router.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+  "$PY" - "$OUT/through-router.json" <<'PY'
+import json, sys, time, urllib.request
+rows = []
+for i in range(20):
+    body = json.dumps({"model": "/srv/models/target", "temperature": 0, "max_tokens": 32,
+                       "messages": [{"role": "user", "content": f"Count to {i}."}]}).encode()
+    t = time.time()
+    req = urllib.request.Request("http://127.0.0.1:30000/v1/chat/completions", data=body,
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        out = json.loads(r.read())
+    rows.append({"i": i, "s": round(time.time() - t, 3), "tokens": out["usage"]["completion_tokens"]})
+json.dump(rows, open(sys.argv[1], "w"), indent=1)
+print("20 requests through the router:", sum(r["tokens"] for r in rows), "tokens")
+PY
+  scrape router
+fi
+
+if [[ " $STAGES " == *" roll "* ]]; then
+  say "rolling restart (release 2: --random-seed 2) h200-a then h200-b under a client loop through the router"
+  rm -f /tmp/fleet-loop.stop
+  "$PY" molecule/fleet/files/client_loop.py http://127.0.0.1:30000 /tmp/fleet-loop.stop "$OUT/client-loop.json" \
+    "$(( $(left) - 30 ))" &
+  loop=$!
+  playbook "${RINV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1], "fleet_rev": 2}' \
+    > "$OUT/roll.log" 2>&1
+  say "rolling deploy rc=$?"
+  touch /tmp/fleet-loop.stop; wait "$loop"
+  say "client loop: $(cat "$OUT/client-loop.json" | tr -d '\n' | cut -c1-300)"
+  sed -n '/DFLASH ROLLOUT SUMMARY/,$p' "$OUT/roll.log" | head -8
+  cp "$OUT/summary.json" "$OUT/summary-roll.json" 2>/dev/null
+  scrape roll
+fi
+say "done"
+cd "$OUT" && tar czf /tmp/fleet-results.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/fleet-results.tgz "$OUT/"

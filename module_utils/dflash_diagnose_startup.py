@@ -1,0 +1,141 @@
+"""Diagnosis rules for the start-up failures operators meet after the imports work: the server
+refuses a combination of options, speculative decoding is refused on (or breaks) a hybrid /
+linear-attention target, CUDA graph capture fails for a reason other than memory.
+
+Data only: ``CAUSES`` and ``ROWS`` (name, cause, priority, pattern, summary, remedy, weak, unless)
+that module_utils/dflash_diagnose.py turns into rows of its ``RULES`` table, and the lower-case
+``KEYWORDS`` of its pre-filter. Out-of-memory during capture stays ``cuda_oom`` (those rules rank
+higher and these ones step aside on an OOM line). No Ansible import.
+"""
+
+from __future__ import annotations
+
+import re
+
+CAUSES = ("incompatible_options", "speculative_hybrid", "cuda_graph_capture")
+
+# options and fields of ServerArgs the incompatible-option checks talk about
+_OPTION = (
+    r"(?:--[a-z][a-z0-9-]{2,}|\b(?:speculative[_ ]\w+|page[_ ]size|attention[_ ]backend|\w+AttentionBackend"
+    r"|radix[_ ]cache|overlap[_ ]schedul\w*|dp[_ ]attention|[tdpe]p_size|chunked[_ ]prefill\w*|cuda[_ ]graph\w*"
+    r"|torch[_ ]compile|mamba[_ ]\w+|disaggregation\w*|grammar[_ ]backend|kv[_ ]cache[_ ]dtype|enable_\w+"
+    r"|disable_\w+|MambaRadixCache\w*|multi-layer EAGLE|speculative decoding)\b)"
+)
+_REFUSAL = (
+    r"(?:\bincompatible with\b|\bnot compatible with\b|\bis not supported (?:with|when|yet|together)\b"
+    r"|\bare not supported (?:with|when|together)\b|\bdoes not support\b|\brequires\b|\bmust be\b"
+    r"|\bcannot be used (?:with|together)\b|\bcan only be used with\b|\bis only supported (?:with|when|for)\b)"
+)
+_OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
+
+_HYBRID_REMEDY = (
+    "speculative decoding on a hybrid target (linear attention / GDN / Mamba layers, e.g. Qwen3.5 / Qwen3.6 / "
+    "Qwen3-Next{arch_s}) needs the server's hybrid support switched on: with sglang start with "
+    "`--mamba-scheduler-strategy extra_buffer` and SGLANG_ENABLE_SPEC_V2=1 in the instance env, or give up the "
+    "prefix cache with `--disable-radix-cache`; if the server has no speculative path for this architecture on "
+    "this device, use a release that has one or deploy the instance with algorithm NONE (no draft) until then"
+)
+
+# (name, cause, priority, pattern, summary, remedy, weak, unless)
+ROWS = [
+    # ---------------------------------------------------------------- speculative_hybrid
+    ("spec_mamba_radix_cache", "speculative_hybrid", 68,
+     # sglang's _handle_mamba_radix_cache(); the message may be wrapped after "not compatible"
+     (r"Speculative decoding for (?P<arch>\w+) is not compatible(?: with radix cache when using "
+     r"--mamba-scheduler-strategy (?P<mamba_strategy>\w+))?"),
+     ("sglang refuses speculative decoding on the hybrid (Mamba / linear-attention) target {arch} with the radix "
+     "cache{mamba_strategy_s}"),
+     _HYBRID_REMEDY, False, None),
+    ("spec_linear_attention_kernel", "speculative_hybrid", 67,
+     r"(?P<lin>gdn|mamba|linear)[_ ]attention does not (?:yet )?support '?spec\w*",
+     ("the {lin} (linear-attention) kernels of this server/device cannot run speculative verification on the "
+     "hybrid target{arch_s}"),
+     _HYBRID_REMEDY, False, None),
+    ("spec_hybrid_refused", "speculative_hybrid", 66,
+     (r"(?:hybrid|mamba|linear[- ]attention|\bGDN\b|gated[ -]delta)[^\n]{0,100}(?:speculative|spec[ _-]?decod\w*|EAGLE"
+     r"|\bMTP\b|DFlash|draft model)[^\n]{0,80}(?:not supported|not compatible|incompatible|does not support|unsupported"
+     r"|cannot start)"
+     r"|(?:speculative|spec[ _-]?decod\w*|EAGLE|\bMTP\b|DFlash)[^\n]{0,80}(?:not supported|not compatible|incompatible"
+     r"|does not support|unsupported)[^\n]{0,60}(?:hybrid|mamba|linear[- ]attention|\bGDN\b|gated[ -]delta)"),
+     "speculative decoding is refused on a hybrid (linear-attention / Mamba) target{arch_s}",
+     _HYBRID_REMEDY, False, r"HybridAttentionBackend"),
+
+    # ---------------------------------------------------------------- incompatible_options
+    ("backend_refuses_speculative", "incompatible_options", 60,
+     r"(?:Currently )?(?P<backend>\w+Backend) does not support speculative decoding",
+     "the attention backend {backend} (chosen by the options) refuses speculative decoding",
+     ("use one attention backend for prefill and decode (leave out --prefill-attention-backend / "
+     "--decode-attention-backend) or one that supports speculative decoding (`--attention-backend triton` or "
+     "`fa3`), or use a server release that supports this combination"),
+     False, None),
+    ("server_args_refusal", "incompatible_options", 58,
+     r"^(?:[\w.]+\.)?(?P<exc>ValueError|AssertionError|Exception|NotImplementedError|RuntimeError):\s*"
+     r"(?=[^\n]*" + _OPTION + r")(?=[^\n]*" + _REFUSAL + r")(?P<check>[^\n]{4,300})",
+     "the server refused a combination of its options: {check_short}",
+     ("{options_hint}change the instance's flags so the combination the message names is gone (extra_args / "
+     "pin_flags, or the fallback rule that added one of them: dflash_flags shows which rule added which flag)"),
+     False, _OOM),
+
+    # ---------------------------------------------------------------- cuda_graph_capture
+    ("cuda_graph_capture_failed", "cuda_graph_capture", 62,
+     r"Capture (?:cuda|CUDA) graph failed:?\s*(?P<capture_error>[^\n]{0,200})",
+     "capturing CUDA graphs failed at start-up (not for memory){capture_error_s}",
+     ("start once with `--disable-cuda-graph` to confirm it is the capture (expect a large speed loss: the "
+     "performance gate will measure it, keep it only as a stopgap); then remove what cannot be captured: drop "
+     "`--enable-torch-compile`, try another attention backend (`--attention-backend triton`), lower "
+     "`--cuda-graph-max-bs`{cgbs_s}, or use a server release that fixes the kernel the traceback names"),
+     False, _OOM),
+    ("stream_capture_error", "cuda_graph_capture", 61,
+     (r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w+|capturing stream has unjoined work"
+     r"|(?:during|while) CUDA graph capture|cudaStreamCaptureStatus(?:Active|Invalidated)"
+     r"|stream capture (?:is )?(?:invalidated|unsupported)"),
+     ("a kernel did something CUDA graph capture does not allow (a sync, an allocation, an RNG seed or another "
+     "stream while capturing)"),
+     ("start once with `--disable-cuda-graph` to confirm (large speed loss: a stopgap only); then drop "
+     "`--enable-torch-compile`, try another attention backend (`--attention-backend triton`), or use a server / "
+     "kernel release where the kernel in the traceback is capture-safe"),
+     False, _OOM),
+]
+
+KEYWORDS = (
+    "speculative", "spec_", "spec decod", "mamba", "attention does not", "does not support", "incompatible",
+    "compatible with", "not supported", "requires", "must be", "cannot be used", "only be used", "only supported",
+    "capture", "capturing",
+)
+
+
+def fill(groups: dict, facts: dict, text: str) -> dict:
+    """Template fields of these rules (arch_s, check_short, capture_error_s, cgbs_s)."""
+    out = {}
+    arch = groups.get("arch")
+    if not arch:
+        m = re.search(r"\b(\w+For(?:CausalLM|ConditionalGeneration))\b", text or "")
+        arch = m.group(1) if m else None
+    out["arch"] = arch or "the target"
+    out["arch_s"] = f"; here {arch}" if arch else ""
+    check = (groups.get("check") or "").strip()
+    out["check_short"] = check if len(check) <= 200 else check[:197] + "..."
+    err = (groups.get("capture_error") or "").strip()
+    out["capture_error_s"] = f": {err[:160]}" if err else ""
+    cgbs = facts.get("cuda_graph_max_bs")
+    out["cgbs_s"] = f" (now {cgbs})" if cgbs else ""
+    out["lin"] = groups.get("lin") or "linear-attention"
+    out["backend"] = groups.get("backend") or "the attention backend"
+    ms = groups.get("mamba_strategy") or (re.search(r"--mamba-scheduler-strategy (\w+)", text or "") or [None, None])[1]
+    out["mamba_strategy_s"] = f" under --mamba-scheduler-strategy {ms}" if ms else ""
+    low = check.lower()
+    if re.search(r"speculative_(?:num|eagle)|num_steps|draft_tokens|eagle_topk|eagle requires", low):
+        hint = ("set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens explicitly "
+                "so that they agree with each other and with the algorithm (the message states the rule); ")
+    elif "speculative" in low:
+        hint = ("speculative decoding cannot run together with the option the message names: leave that option out "
+                "of the instance's flags, or deploy the instance with algorithm NONE; ")
+    elif "mamba" in low or "page" in low:
+        hint = ("hybrid (Mamba / linear-attention) targets restrict the cache options: leave --page-size at 1 or "
+                "switch the radix cache off (--disable-radix-cache); ")
+    elif "attention" in low:
+        hint = "pick an attention backend the message lists as supported (e.g. `--attention-backend triton`); "
+    else:
+        hint = ""
+    out["options_hint"] = hint
+    return out

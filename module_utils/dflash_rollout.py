@@ -1,0 +1,106 @@
+"""Rolling deploys: how a run is cut into batches and what each host ended up with.
+
+Pure functions, no Ansible import. `batches` is Ansible's own rule for `serial` (a list of host
+counts or percentages of the run, the last one repeating), so the validation play can check,
+before anything changes, that the ranks of a multi-node instance share a batch. `summary` builds
+the table printed at the end of deploy.yml (callback_plugins/dflash_rollout.py) from what each host
+reported: its release before the run, after it, and its verdict.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def _count(value, total):
+    """Ansible's pct_to_int: '50%' of total (at least 1), or the integer itself."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        pct = float(value.strip()[:-1])
+        return int(pct / 100.0 * total) or 1
+    return int(value)
+
+
+def check_serial(serial) -> list:
+    """Errors in a serial setting (list of positive ints or 'N%')."""
+    errors = []
+    items = serial if isinstance(serial, list) else [serial]
+    for i, v in enumerate(items):
+        ok = (isinstance(v, int) and not isinstance(v, bool) and v > 0) or (
+            isinstance(v, str) and re.fullmatch(r"\s*(\d+(\.\d+)?%|\d+)\s*", v) and _count(v, 100) > 0)
+        if not ok:
+            errors.append(f"dflash_rollout_serial[{i}]: {v!r} is not a positive host count or percentage ('25%')")
+    return errors
+
+
+def batches(hosts, serial) -> list:
+    """The batches Ansible runs for play hosts `hosts` (in order) with `serial` (list, int, str or empty)."""
+    hosts = list(hosts or [])
+    items = serial if isinstance(serial, list) else ([serial] if serial not in (None, "") else [])
+    if not items:
+        return [hosts] if hosts else []
+    total, out, i = len(hosts), [], 0
+    while hosts:
+        size = _count(items[i], total)
+        if size <= 0:
+            out.append(hosts)
+            break
+        out.append(hosts[:size])
+        hosts = hosts[size:]
+        i = min(i + 1, len(items) - 1)
+    return out
+
+
+ROLLED_BACK_RE = re.compile(r"rolled back to (\S+?)(?: \(|\s|$)")
+
+
+def summary(hosts, before, after, failures, batch_list=None, started=None) -> list:
+    """One row per host of the run: {host, batch, before, after, verdict}.
+
+    before: {host: release id or None}; after: {host: {id, smoked}} of hosts that finished;
+    failures: {host: message of the task that failed it}; batch_list: the batches (for the column);
+    started: hosts whose batch began (a host stopped by the strategy has no failed task of its own)."""
+    where = {h: n for n, hs in enumerate(batch_list or [], 1) for h in hs}
+    rows = []
+    for h in hosts:
+        prev = (before or {}).get(h)
+        row = {"host": h, "batch": where.get(h), "before": prev}
+        if h in (failures or {}):
+            msg = " ".join(str(failures[h]).split())
+            m = ROLLED_BACK_RE.search(msg)
+            if m:
+                row["after"] = m.group(1)
+            elif "no previous release" in msg:
+                row["after"] = None  # a first deploy that failed: its instances were stopped
+            else:
+                row["after"] = prev  # failed before its release changed
+            # the head says what failed, the tail what became of the host (rolled back to ...)
+            row["verdict"] = "FAILED: " + (msg if len(msg) <= 400 else f"{msg[:240]} ... {msg[-160:]}")
+        elif h in (after or {}):
+            a = after[h] or {}
+            row["after"] = a.get("id")
+            smoked = a.get("smoked") or []
+            if a.get("id") == prev:
+                row["verdict"] = "healthy (unchanged)" if not smoked else f"healthy (restarted {', '.join(smoked)})"
+            else:
+                row["verdict"] = "healthy (new release" + (f", restarted {', '.join(smoked)})" if smoked else ")")
+        elif h in (started or ()):
+            row["after"] = None
+            row["verdict"] = ("STOPPED during its batch: another host of the batch failed past max_fail_percentage "
+                              "(its release is what it had reached; a switched one was rolled back by its rescue)")
+        else:
+            row["after"] = prev
+            row["verdict"] = "not deployed: the rollout stopped before this host's batch"
+        rows.append(row)
+    return rows
+
+
+def summary_lines(rows) -> list:
+    """The table as text lines."""
+    if not rows:
+        return []
+    w = max(len(r["host"]) for r in rows)
+    lines = [f"{'host':<{w}}  batch  {'release before':<24}  {'release after':<24}  verdict"]
+    for r in rows:
+        lines.append(f"{r['host']:<{w}}  {(r['batch'] or '-')!s:<5}  {(r['before'] or '-')!s:<24}  "
+                     f"{(r['after'] or '-')!s:<24}  {r['verdict']}")
+    return lines
