@@ -9,9 +9,9 @@ For every role with defaults or argument specs:
   - every option with a `default:` in any entry point has the same default as defaults/main.yml
     (the spec documents the default the role really uses); a default that is a template ("{{ ... }}")
     is documented in words by the spec and not compared;
-  - every option of an entry point is defined somewhere: in the role's defaults, as `required: true`,
-    or in the shared defaults of the `dflash` role (roles/dflash/defaults/main.yml) that every stage
-    role follows.
+  - an option that claims a default is defined with it: in the role's defaults or in the shared defaults
+    of the `dflash` role (roles/dflash/defaults/main.yml) that every stage role depends on.
+Internal variables (`__dflash_...`) in defaults are not inputs and need no spec.
 Prints every mismatch at once (role, entry point, variable), exits 1 when there is one.
 """
 
@@ -45,7 +45,7 @@ def role_problems(role_dir, shared_defaults):
     for entry in specs.values():
         all_options |= set((entry or {}).get("options") or {})
     for var in defaults:
-        if var not in all_options:
+        if var not in all_options and not var.startswith("__"):
             problems.append(f"{name}: {var} is in defaults/main.yml but not an option of any entry point")
     for entry_name, entry in specs.items():
         for var, spec in ((entry or {}).get("options") or {}).items():
@@ -61,10 +61,10 @@ def role_problems(role_dir, shared_defaults):
                     problems.append(
                         f"{name} ({entry_name}): {var} default {spec['default']!r} in argument_specs, "
                         f"{shared_defaults[var]!r} in roles/{SHARED_ROLE}/defaults/main.yml")
-            elif not spec.get("required"):
+            elif "default" in spec:
                 problems.append(
-                    f"{name} ({entry_name}): {var} is an option without a default in defaults/main.yml "
-                    f"(nor roles/{SHARED_ROLE}/defaults/main.yml) and not required")
+                    f"{name} ({entry_name}): {var} has default {spec['default']!r} in argument_specs but none in "
+                    f"defaults/main.yml (nor roles/{SHARED_ROLE}/defaults/main.yml)")
     return problems
 
 

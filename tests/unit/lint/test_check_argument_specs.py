@@ -27,11 +27,12 @@ def test_the_repository_roles_match():
 
 def test_every_mismatch_is_named(tmp_path, capsys):
     role(tmp_path, "dflash", {"dflash_prefix": "/opt/dflash"}, {"dflash_prefix": {"type": "raw", "default": "/opt/dflash"}})
-    role(tmp_path, "dflash_x", {"dflash_x_a": 1, "dflash_x_b": "{{ dflash_prefix }}/b", "dflash_x_gone": 3},
+    role(tmp_path, "dflash_x", {"__dflash_x_internal": 0, "dflash_x_a": 1, "dflash_x_b": "{{ dflash_prefix }}/b", "dflash_x_gone": 3},
          {"dflash_x_a": {"type": "int", "default": 2},
           "dflash_x_b": {"type": "path", "default": "/opt/dflash/b"},  # a template: documented in words
           "dflash_prefix": {"type": "path", "default": "/srv"},
-          "dflash_x_new": {"type": "str"},
+          "dflash_x_new": {"type": "str", "default": "n"},
+          "dflash_x_opt": {"type": "str"},  # optional, no default anywhere: consistent
           "dflash_x_req": {"type": "str", "required": True}})
     assert check.main(["x", str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
@@ -40,8 +41,8 @@ def test_every_mismatch_is_named(tmp_path, capsys):
         "dflash_x (main): dflash_x_a default 2 in argument_specs, 1 in defaults/main.yml",
         ("dflash_x (main): dflash_prefix default '/srv' in argument_specs, '/opt/dflash' in "
         "roles/dflash/defaults/main.yml"),
-        ("dflash_x (main): dflash_x_new is an option without a default in defaults/main.yml "
-        "(nor roles/dflash/defaults/main.yml) and not required"),
+        ("dflash_x (main): dflash_x_new has default 'n' in argument_specs but none in defaults/main.yml "
+        "(nor roles/dflash/defaults/main.yml)"),
     ]
     assert out[-1] == "argument_specs vs defaults: 2 roles, 4 mismatches"
 
