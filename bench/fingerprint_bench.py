@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Fingerprint bench: one gpu_fingerprint call per host, and the parse cost of an 8-GPU host.
+"""Fingerprint bench: one dflash_fingerprint call per host, and the parse cost of an 8-GPU host.
 
     .venv/bin/python bench/fingerprint_bench.py [--lab INVENTORY] [--parse-runs N]
 
 1. Runs `ansible-playbook playbooks/fingerprint.yml` with a counting callback
-   (bench/fingerprint_callbacks/) and reports, per host, how many gpu_fingerprint results (module
+   (bench/fingerprint_callbacks/) and reports, per host, how many dflash_fingerprint results (module
    calls) it produced. Default hosts: 4 local hosts replaying lab/captures/{ct129,ct200} and two
    public fixtures; --lab runs against the lab containers instead (live stand-in nvidia-smi),
    e.g. --lab "inventory/lab -i lab/.inv/<prefix>.yml".
@@ -27,7 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "module_utils"))
-import dflash_fingerprint as fpm
+import dflash_fingerprint.collect
+import dflash_fingerprint.merge
 
 REPLAY_HOSTS = {
     "ct129": ROOT / "lab/captures/ct129",
@@ -54,9 +55,9 @@ def count_calls(inventory_args: list[str], limit: str | None) -> dict:
             raise SystemExit(f"playbook failed: rc {proc.returncode}")
         counts = json.loads(counts_file.read_text())
         report = json.loads((Path(tmp) / "reports/fingerprint.json").read_text())
-    per_host = {h: c.get("gpu_fingerprint", 0) for h, c in counts.items() if h in report["hosts"]}
+    per_host = {h: c.get("dflash_fingerprint", 0) for h, c in counts.items() if h in report["hosts"]}
     return {"command": " ".join(shlex.quote(c) for c in cmd[1:]), "wall_s": round(wall, 2),
-            "gpu_fingerprint_calls_per_host": per_host, "all_results_per_host": counts,
+            "dflash_fingerprint_calls_per_host": per_host, "all_results_per_host": counts,
             "hosts_in_report": sorted(report["hosts"])}
 
 
@@ -69,12 +70,12 @@ def timeit(fn, runs: int) -> float:
 
 
 def parse_cost(runs: int) -> dict:
-    raw = fpm.read_capture(ROOT / "lab/captures/ct200")
+    raw = dflash_fingerprint.collect.read_capture(ROOT / "lab/captures/ct200")
     out = {"host": "ct200 (8 GPUs)", "runs": runs,
-           "all_sources_ms": round(timeit(lambda: fpm.fingerprint_from_raw(raw), runs), 3)}
+           "all_sources_ms": round(timeit(lambda: dflash_fingerprint.merge.fingerprint_from_raw(raw), runs), 3)}
     for only in ("nvidia-smi-query.csv", "nvidia-smi-q.xml", "nvidia-smi.txt"):
         sub = {only: raw[only]}
-        out[f"{only}_only_ms"] = round(timeit(lambda sub=sub: fpm.fingerprint_from_raw(sub), runs), 3)
+        out[f"{only}_only_ms"] = round(timeit(lambda sub=sub: dflash_fingerprint.merge.fingerprint_from_raw(sub), runs), 3)
     out["bytes"] = {k: len(v) for k, v in raw.items() if k.startswith("nvidia-smi")}
     return out
 
@@ -89,7 +90,7 @@ def collect_cost(runs: int) -> dict:
         cap = ROOT / "lab/captures/ct200"
 
         def once():
-            return fpm.fingerprint_from_raw(fpm.collect_raw(
+            return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.collect_raw(
                 nvidia_smi=str(smi), proc_version_path=str(cap / "proc-driver-nvidia-version.txt"),
                 toolkit_roots=(tmp,)))
 
@@ -120,7 +121,7 @@ def main() -> int:
     if (ROOT / "lab/standin-tools/nvidia-smi").exists():
         result["collect"] = collect_cost(args.collect_runs)
     print(json.dumps(result, indent=2))
-    calls = result["calls"]["gpu_fingerprint_calls_per_host"]
+    calls = result["calls"]["dflash_fingerprint_calls_per_host"]
     return 0 if calls and set(calls.values()) == {1} else 1
 
 

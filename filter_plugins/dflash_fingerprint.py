@@ -1,4 +1,4 @@
-"""Jinja filters over module_utils/dflash_fingerprint.py (fleet report of the fingerprint stage)."""
+"""Jinja filters over module_utils/dflash_fingerprint/ (fleet report of the fingerprint stage)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
-import dflash_fingerprint as _fp
+import dflash_fingerprint.report
 from dflash_jinja import plain as _plain
 
 
 def dflash_fleet_rows(fleet, refusals=None):
-    return _fp.fleet_rows(_plain(fleet), _plain(refusals))
+    return dflash_fingerprint.report.fleet_rows(_plain(fleet), _plain(refusals))
 
 
 def dflash_fleet_text(fleet, refusals=None):
-    return _fp.fleet_text(_plain(fleet), _plain(refusals))
+    return dflash_fingerprint.report.fleet_text(_plain(fleet), _plain(refusals))
 
 
 def dflash_fleet_markdown(fleet, refusals=None):
-    return _fp.fleet_markdown(_plain(fleet), _plain(refusals))
+    return dflash_fingerprint.report.fleet_markdown(_plain(fleet), _plain(refusals))
 
 
 def dflash_fleet_collect(hostvars, hosts):

@@ -449,11 +449,11 @@ def _target_facts_of(inst, host_facts):
 
 
 def default_gpu_checker():
-    """check_requested_gpus from the fingerprint stage (module_utils/dflash_fingerprint.py)."""
+    """check_requested_gpus from the fingerprint stage (module_utils/dflash_fingerprint/)."""
     try:
-        from dflash_fingerprint import check_requested_gpus  # controller / pytest (module_utils on sys.path)
+        from dflash_fingerprint.gate import check_requested_gpus
     except ImportError:  # pragma: no cover - inside an AnsiballZ payload
-        from ansible.module_utils.dflash_fingerprint import check_requested_gpus
+        from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
     return check_requested_gpus
 
 

@@ -4,7 +4,7 @@ Two steps (bench/gpu/argparse_check.sh runs both on the GPU machine):
 
   cases  --out DIR [--python PY --pythonpath P]   render the cases with module_utils/dflash_instances.py
          and the rules table of roles/dflash_instances/vars/main.yml:
-           h200-live-*  : this machine's live fingerprint (module_utils/dflash_fingerprint.py) and the
+           h200-live-*  : this machine's live fingerprint (module_utils/dflash_fingerprint/) and the
                           live probe of PY + PYTHONPATH (module_utils/dflash_probe.py)
            ct200-seed-* : lab/captures/ct200 (SM 12.0, nvcc 12.8) + the seeds' probe (xgrammar 0.1.10)
            ct129-*      : lab/captures/ct129 (SM 8.6) + a good probe (no fallbacks expected)
@@ -79,7 +79,8 @@ def validator_errors(inst, fp, rules):
 
 def make_cases(python, pythonpath):
     import yaml
-    from dflash_fingerprint import collect_raw, fingerprint_from_raw, read_capture
+    from dflash_fingerprint.collect import collect_raw, read_capture
+    from dflash_fingerprint.merge import fingerprint_from_raw
     from dflash_instances import plan_instance, sgl_kernel_facts
 
     rules = yaml.safe_load((ROOT / "roles/dflash_instances/vars/main.yml").read_text())["__dflash_instances_rules"]

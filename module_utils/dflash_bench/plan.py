@@ -13,12 +13,12 @@ from __future__ import annotations
 try:
     from ansible.module_utils.dflash_bench import matrix as mx
     from ansible.module_utils.dflash_bench.flags import FlagsError, config_command, get_flag
-    from ansible.module_utils.dflash_fingerprint import check_requested_gpus
+    from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
     from ansible.module_utils.dflash_release.envfile import render_env_file
     from ansible.module_utils.dflash_release.manifest import ReleaseError, fingerprint_digest
     from ansible.module_utils.dflash_smoke import endpoint, expected_algorithm
 except ImportError:
-    from dflash_fingerprint import check_requested_gpus
+    from dflash_fingerprint.gate import check_requested_gpus
     from dflash_release.envfile import render_env_file
     from dflash_release.manifest import ReleaseError, fingerprint_digest
     from dflash_smoke import endpoint, expected_algorithm

@@ -270,8 +270,9 @@ def test_condition_language_rejects_typos():
 # --- real parser output: the lab captures and the H200 capture + probe from the GPU machine ---
 
 def _replay(path):
-    import dflash_fingerprint as F
-    return F.fingerprint_from_raw(F.read_capture(str(ROOT / path)))
+    import dflash_fingerprint.collect
+    import dflash_fingerprint.merge
+    return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(str(ROOT / path)))
 
 
 def test_ct200_lab_capture_through_the_real_parser():

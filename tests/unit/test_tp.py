@@ -187,9 +187,10 @@ def test_single_gpu_and_unknown_topology_fire_nothing():
 
 
 def test_lab_ct129_capture_through_the_real_parser():
-    import dflash_fingerprint as f
+    import dflash_fingerprint.collect
+    import dflash_fingerprint.merge
     lab = Path(__file__).resolve().parents[2] / "lab" / "captures" / "ct129"
-    fp = f.fingerprint_from_raw(f.read_capture(str(lab)))
+    fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(str(lab)))
     assert fp["topology"]["links"] == {"0-1": "SYS"} and fp["topology"]["p2p"] == {"0-1": "CNS"}
     p = plan(inst(gpus=[0, 1]), fp)
     assert {"tp-gpus-without-p2p", "tp-gpus-across-numa-nodes"} <= set(applied(p))

@@ -1,11 +1,11 @@
 #!/usr/bin/python
-"""Ansible module gpu_fingerprint: thin wrapper over module_utils/dflash_fingerprint.py."""
+"""Ansible module dflash_fingerprint: thin wrapper over module_utils/dflash_fingerprint/."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: gpu_fingerprint
+module: dflash_fingerprint
 short_description: Fingerprint a GPU host in one call (GPUs, SM, driver, CUDA, toolkits, torch)
 description:
   - Runs C(nvidia-smi) (plain table, C(--query-gpu) CSV, C(--query-compute-apps) CSV, C(-q -x) XML),
@@ -62,7 +62,7 @@ author: dflash-deploy
 
 EXAMPLES = r"""
 - name: Fingerprint and gate
-  gpu_fingerprint:
+  dflash_fingerprint:
     venv_python: /root/venv/bin/python3
     layers: "{{ dflash_venv_layers }}"
     requests: [{instance: main, gpus: [1], allow_busy: false}]
@@ -70,7 +70,7 @@ EXAMPLES = r"""
   register: fp
 
 - name: Replay a capture folder
-  gpu_fingerprint:
+  dflash_fingerprint:
     replay_dir: /tmp/ct200-capture
 """
 
@@ -95,14 +95,9 @@ captured:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_fingerprint import (
-    collect_raw,
-    fingerprint_from_raw,
-    gate,
-    read_capture,
-    requests_from_instances,
-    write_capture,
-)
+from ansible.module_utils.dflash_fingerprint.collect import collect_raw, read_capture, write_capture
+from ansible.module_utils.dflash_fingerprint.gate import gate, requests_from_instances
+from ansible.module_utils.dflash_fingerprint.merge import fingerprint_from_raw
 
 
 def main():
@@ -127,13 +122,13 @@ def main():
         try:
             raw = read_capture(p["replay_dir"])
         except OSError as exc:
-            module.fail_json(msg=f"gpu_fingerprint: {exc}")
+            module.fail_json(msg=f"dflash_fingerprint: {exc}")
     else:
         raw = collect_raw(venv_python=p["venv_python"], proc_version_path=p["proc_version_path"])
     fingerprint = fingerprint_from_raw(raw)
     for i, req in enumerate(p["requests"]):
         if not isinstance(req.get("gpus", []), list) or not all(isinstance(g, int) for g in req.get("gpus", [])):
-            module.fail_json(msg=f"gpu_fingerprint: requests[{i}] (instance {req.get('instance')!r}): "
+            module.fail_json(msg=f"dflash_fingerprint: requests[{i}] (instance {req.get('instance')!r}): "
                                  f"gpus must be a list of GPU indexes, got {req.get('gpus')!r}")
     requests = p["requests"] + requests_from_instances(p["instances"])
     refusals = gate(fingerprint, p["layers"], requests, host=p["host"] or "host",

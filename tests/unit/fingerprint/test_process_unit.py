@@ -7,7 +7,7 @@ import socket
 import sys
 import time
 
-import dflash_fingerprint as fpm
+import dflash_fingerprint.collect
 import dflash_instances as di
 import dflash_runner
 import pytest
@@ -71,7 +71,7 @@ def test_both_stages_name_the_same_unit(tmp_path):
     by_port = {x["port"]: x for x in di.read_listeners(str(proc), run_dir=str(run))}
     for name, (pid, port) in pids.items():
         assert by_port[port]["pid"] == pid, name
-        fingerprint = fpm.process_unit(pid, proc=str(proc), run_dir=str(run))
+        fingerprint = dflash_fingerprint.collect.process_unit(pid, proc=str(proc), run_dir=str(run))
         assert fingerprint == by_port[port]["unit"] == CASES[name][3], name
 
 
@@ -82,7 +82,7 @@ def test_cgroup_text_alone(name):
 
 
 def test_one_implementation():
-    assert fpm.process_unit is dflash_runner.process_unit
+    assert dflash_fingerprint.collect.process_unit is dflash_runner.process_unit
     assert di.unit_from_cgroup is dflash_runner.unit_from_cgroup
 
 
@@ -102,7 +102,7 @@ def test_runner_started_listener_is_ours_in_both_stages(tmp_path):
             pass
         listener = next(x for x in di.read_listeners(run_dir=str(run)) if x["port"] == port)
         assert listener["pid"] == pid
-        assert listener["unit"] == fpm.process_unit(pid, run_dir=str(run)) == "dflash-l.service"
+        assert listener["unit"] == dflash_fingerprint.collect.process_unit(pid, run_dir=str(run)) == "dflash-l.service"
         assert di.is_ours(listener, service_user=listener["user"])
     finally:
         dflash_runner.stop(str(run / "dflash-l.service.pid"), timeout=5)

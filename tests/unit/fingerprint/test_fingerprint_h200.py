@@ -4,10 +4,12 @@ Skipped only while that folder is absent."""
 
 from pathlib import Path
 
-import dflash_fingerprint as fpm
+import dflash_fingerprint.collect
+import dflash_fingerprint.gate
+import dflash_fingerprint.merge
 import pytest
 
-H200 = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "h200"
+H200 = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "h200"
 
 pytestmark = pytest.mark.skipif(not (H200 / "nvidia-smi-query.csv").is_file() and not (H200 / "nvidia-smi.txt").is_file(),
                                 reason="H200 capture not committed yet (run bench/gpu/capture_h200.sh on the GPU machine)")
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.skipif(not (H200 / "nvidia-smi-query.csv").is_file() an
 
 @pytest.fixture(scope="module")
 def fp():
-    return fpm.fingerprint_from_raw(fpm.read_capture(H200))
+    return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(H200))
 
 
 def test_h200_gpu(fp):
@@ -37,26 +39,26 @@ def test_h200_driver_and_torch(fp):
 
 
 def test_h200_every_source_agrees(fp):
-    raw = fpm.read_capture(H200)
+    raw = dflash_fingerprint.collect.read_capture(H200)
     # The plain table alone and the XML alone give the same GPU facts as the CSV.
     for only in ("nvidia-smi.txt", "nvidia-smi-q.xml"):
         if only in raw:
-            sub = fpm.fingerprint_from_raw({only: raw[only]})
+            sub = dflash_fingerprint.merge.fingerprint_from_raw({only: raw[only]})
             assert sub["gpus"][0]["sm"] == "9.0"
             assert sub["gpus"][0]["memory_total_mib"] == 143771
             assert sub["driver_version"] == "580.159.04"
 
 
 def test_h200_gate_cu130_layer_passes(fp):
-    assert fpm.check_driver_compat(fp, [{"name": "serve", "cuda": "13.0"}], host="h200") == []
+    assert dflash_fingerprint.gate.check_driver_compat(fp, [{"name": "serve", "cuda": "13.0"}], host="h200") == []
 
 
 # A live capture of the same H200 while a foreign process (plain torch, no unit) held 4.6 GiB.
-BUSY = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "h200-busy-foreign"
+BUSY = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "h200-busy-foreign"
 
 
 def test_h200_busy_capture_lists_the_foreign_process():
-    fp = fpm.fingerprint_from_raw(fpm.read_capture(BUSY))
+    fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(BUSY))
     g = fp["gpus"][0]
     assert g["healthy"] is True and g["mig_mode"] == "disabled"
     assert g["memory_used_mib"] == 4623
@@ -65,7 +67,7 @@ def test_h200_busy_capture_lists_the_foreign_process():
 
 
 def test_h200_busy_capture_refuses_the_gpu_unless_allowed():
-    fp = fpm.fingerprint_from_raw(fpm.read_capture(BUSY))
-    [err] = fpm.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0]}])
+    fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(BUSY))
+    [err] = dflash_fingerprint.gate.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0]}])
     assert err.startswith("instance h200-dflash: GPU 0 (NVIDIA H200)") and "475" in err, err
-    assert fpm.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0], "allow_busy": True}]) == []
+    assert dflash_fingerprint.gate.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0], "allow_busy": True}]) == []
