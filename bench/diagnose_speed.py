@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time sglang_diagnose on long journals: the first fatal error at the top, healthy traffic after.
+"""Time dflash_diagnose on long journals: the first fatal error at the top, healthy traffic after.
 
 Usage: python bench/diagnose_speed.py [SIZE_MB ...]   (default: 1 16 100)
 Writes the logs to a temporary folder and prints one line per size.
@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
 
-from dflash_diagnose import diagnose_file
+from dflash_diagnose.engine import diagnose_file
 
 ROOT_CAUSE = "May 23 10:15:01 ct200 python3[4242]: ModuleNotFoundError: No module named 'soundfile'\n"
 FILLER = ("May 23 10:15:02 ct200 python3[4242]: [2026-05-23 10:15:02 TP0] Decode batch. #running-req: 1, "

@@ -11,7 +11,7 @@ description:
     instance at once the unit's ActiveState/SubState/NRestarts (C(systemctl show)) and C(/health)
     every O(interval) seconds under one overall O(timeout).
   - The first unit that failed, exited or was restarted by systemd ends the wait at once; its
-    journal since the restart is diagnosed (C(sglang_diagnose) logic) and the module fails with
+    journal since the restart is diagnosed (C(dflash_diagnose) logic) and the module fails with
     the cause and remedy. A hang past O(timeout) fails the same way.
   - Logic lives in C(module_utils/dflash_smoke.py).
 options:
@@ -163,7 +163,7 @@ from ansible.module_utils.dflash_smoke import (
 from ansible.module_utils.dflash_startup import latest_stage, progress_line
 
 try:
-    from ansible.module_utils.dflash_diagnose import diagnose_text
+    from ansible.module_utils.dflash_diagnose.engine import diagnose_text
 except ImportError:  # the diagnosis stage is not there yet
     diagnose_text = None
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Real sglang 0.5.11 failures on the GPU machine, diagnosed by module_utils/dflash_diagnose.py.
+"""Real sglang 0.5.11 failures on the GPU machine, diagnosed by module_utils/dflash_diagnose/.
 
 Each scenario starts `python -m sglang.launch_server` (dummy weights, the bundle's sglang) in a state
 that makes it fail the way the seeds' deployment failed, keeps the whole log, and checks that
-`sglang_diagnose` names the cause. The logs are the point: real 0.5.11 output for the fixtures.
+`dflash_diagnose` names the cause. The logs are the point: real 0.5.11 output for the fixtures.
 
 usage: diagnose_real.py --models DIR --out DIR [--only NAME,...] [--deadline-s N]
 """
@@ -24,7 +24,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "module_utils"))
 
-from dflash_diagnose import diagnose_text
+from dflash_diagnose.engine import diagnose_text
 
 PY = sys.executable
 

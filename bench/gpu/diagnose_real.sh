@@ -1,5 +1,5 @@
 #!/bin/bash
-# Real sglang 0.5.11 failures on the GPU machine (one H200), diagnosed by sglang_diagnose.
+# Real sglang 0.5.11 failures on the GPU machine (one H200), diagnosed by dflash_diagnose.
 #
 # One call, ~5-8 minutes. The bundle's sglang (unpatched) is started with dummy weights in states
 # that fail like the seeds' deployment did, each log is kept and diagnosed:

@@ -14,7 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from dflash_diagnose import CAUSES, diagnose_text
+from dflash_diagnose.engine import diagnose_text
+from dflash_diagnose.rules import CAUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"

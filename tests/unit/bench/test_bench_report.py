@@ -13,7 +13,7 @@ from dflash_bench import client as cl
 from dflash_bench import matrix as mx
 from dflash_bench import report as rp
 from dflash_bench import results as res
-from dflash_diagnose import diagnose_text
+from dflash_diagnose.engine import diagnose_text
 from test_bench_client import start_standin
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

@@ -3,7 +3,7 @@ refuses a combination of options, speculative decoding is refused on (or breaks)
 linear-attention target, CUDA graph capture fails for a reason other than memory.
 
 Data only: ``CAUSES`` and ``ROWS`` (name, cause, priority, pattern, summary, remedy, weak, unless)
-that module_utils/dflash_diagnose.py turns into rows of its ``RULES`` table, and the lower-case
+that module_utils/dflash_diagnose/rules.py turns into rows of its ``RULES`` table, and the lower-case
 ``KEYWORDS`` of its pre-filter. Out-of-memory during capture stays ``cuda_oom`` (those rules rank
 higher and these ones step aside on an OOM line). No Ansible import.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: sglang_diagnose
+module: dflash_diagnose
 short_description: Tell why an SGLang server failed, from its log
 description:
   - Reads a server log (a file on the managed host, or text passed in) and returns the root
@@ -35,13 +35,13 @@ author: dflash-deploy
 
 EXAMPLES = r"""
 - name: Diagnose the instance from its journal since it started
-  sglang_diagnose:
+  dflash_diagnose:
     log_text: "{{ __journal.stdout }}"
   register: __diagnosis
 
 - name: Diagnose a saved log (from the repository root)
-  # ansible localhost -m sglang_diagnose -a log_file=/tmp/sglang.log
-  sglang_diagnose:
+  # ansible localhost -m dflash_diagnose -a log_file=/tmp/sglang.log
+  dflash_diagnose:
     log_file: /tmp/sglang.log
 """
 
@@ -78,7 +78,7 @@ also_seen:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_diagnose import diagnose_file, diagnose_text
+from ansible.module_utils.dflash_diagnose.engine import diagnose_file, diagnose_text
 
 
 def main():

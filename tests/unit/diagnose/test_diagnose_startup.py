@@ -4,9 +4,10 @@ Every real fixture of these causes runs in test_diagnose.py with the others (tes
 
 from __future__ import annotations
 
-import dflash_diagnose_startup as startup
+import dflash_diagnose.rules_startup as startup
 import pytest
-from dflash_diagnose import CAUSES, RULES, diagnose_text
+from dflash_diagnose.engine import diagnose_text
+from dflash_diagnose.rules import CAUSES, RULES
 
 
 def test_causes_and_rules_are_in_the_table():
@@ -64,9 +65,9 @@ def test_argument_rejections_have_one_cause_each():
     import pathlib
 
     import yaml
-    from dflash_diagnose import _match_line, _split_lines
+    from dflash_diagnose.scan import _match_line, _split_lines
 
-    root = pathlib.Path(__file__).resolve().parents[2]
+    root = pathlib.Path(__file__).resolve().parents[3]
     pair = {"bad_server_args", "incompatible_options"}
     logs = [(root / "tests/fixtures/logs" / e["file"], e["cause"])
             for e in yaml.safe_load((root / "tests/fixtures/logs/index.yml").read_text())["fixtures"]

@@ -1,4 +1,4 @@
-"""sglang_diagnose: every real fixture, precedence, normalisation, long logs, the module."""
+"""dflash_diagnose: every real fixture, precedence, normalisation, long logs, the module."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dflash_diagnose import CAUSES, RULES, diagnose_file, diagnose_text, read_log, strip_prefixes
+from dflash_diagnose.engine import diagnose_file, diagnose_text
+from dflash_diagnose.rules import CAUSES, RULES
+from dflash_diagnose.scan import read_log, strip_prefixes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"
 INDEX = yaml.safe_load((FIXTURES / "index.yml").read_text())["fixtures"]
 
@@ -309,7 +311,7 @@ def test_module_from_repo_root():
     fixture = "tests/fixtures/logs/missing_module/audioldm-soundfile.log"
     env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
     out = subprocess.run(
-        [os.path.join(sys.prefix, "bin", "ansible"), "localhost", "-m", "sglang_diagnose", "-a",
+        [os.path.join(sys.prefix, "bin", "ansible"), "localhost", "-m", "dflash_diagnose", "-a",
          f"log_file={fixture}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
@@ -406,7 +408,7 @@ def test_module_log_text_fail_on_cause():
     text = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
     env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
     out = subprocess.run(
-        [os.path.join(sys.prefix, "bin", "ansible"), "localhost", "-m", "sglang_diagnose", "-a",
+        [os.path.join(sys.prefix, "bin", "ansible"), "localhost", "-m", "dflash_diagnose", "-a",
          json.dumps({"log_text": text, "fail_on_cause": True})],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )

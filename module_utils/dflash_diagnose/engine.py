@@ -1,0 +1,159 @@
+"""The verdict: the root cause is the first fatal error, the earliest strong match, unless a match of higher
+priority belongs to the same incident (within ``INCIDENT_LINES`` lines after it)."""
+
+from __future__ import annotations
+
+import bisect
+import os
+
+from .facts import _collect_facts
+from .fill import _clip, _evidence, _fill
+from .rule import Rule
+from .rules import RULES
+from .scan import (
+    CONTEXT_AFTER,
+    CONTEXT_BEFORE,
+    DEFAULT_MAX_BYTES,
+    _Match,
+    _match_line,
+    _pick,
+    _Scan,
+    _segments,
+    _split_lines,
+    read_log,
+)
+from .unknown import (
+    _OS_ERROR_RE,
+    _first_generic_failure,
+    _first_traceback,
+    _generic_text,
+    _kill_after,
+    _unknown_hint,
+)
+
+
+def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None) -> dict:
+    """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}."""
+    lines = _split_lines(text or "")
+    scan = _Scan(lines)
+    segs = _segments(lines, scan)
+    facts = _collect_facts([lines[i].text for i in sorted(scan.fact_lines)])
+    rule_lines = sorted(scan.rule_lines)
+
+    chosen = None
+    seg_matches: list[_Match] = []
+    seg_no, seg = len(segs), segs[-1] if segs else (0, 0)
+    weak_only: list[_Match] = []
+    # latest start of the unit that failed; if none failed, the whole log
+    for i in range(len(segs) - 1, -1, -1):
+        a, b = segs[i]
+        lo, hi = bisect.bisect_left(rule_lines, a), bisect.bisect_left(rule_lines, b)
+        ms = [m for li in rule_lines[lo:hi] for m in _match_line(lines[li])]
+        pick = _pick(ms)
+        if pick:
+            chosen, seg_matches, seg_no, seg = pick, ms, i + 1, (a, b)
+            break
+        if i == len(segs) - 1:
+            weak_only = [m for m in ms if m.rule.weak]
+            seg_matches = ms
+
+    result = {
+        "cause": "unknown",
+        "summary": "",
+        "remedy": "",
+        "evidence": [],
+        "facts": {k: v for k, v in facts.items() if k != "driver_cuda_raw"},
+        "lines": len(lines),
+        "source": source,
+        "starts": len(segs),
+    }
+    if read_info:
+        result.update(read_info)
+
+    superseded = None
+    if chosen is not None and not chosen.rule.weak:
+        kill = _kill_after(lines, chosen.line.index, seg[1], scan.rule_lines)
+        if kill is not None:
+            superseded, chosen = (chosen, kill), None
+    if chosen is None and weak_only:
+        hint = min(weak_only, key=lambda m: (-m.rule.priority, m.line.index))
+        healthy_after = any(i >= hint.line.index for i in scan.healthy_lines)
+        generic = _first_generic_failure(lines[hint.line.index:])
+        if not healthy_after or generic:
+            chosen = hint  # a warning that explains a crash nobody named
+    if chosen is None:
+        healthy = [lines[i] for i in scan.healthy_lines]
+        generic = superseded[1] if superseded else _first_generic_failure(lines)
+        notes = "; ".join(sorted({m.rule.summary.split("{")[0].strip() for m in weak_only}))
+        if generic is not None:
+            first = _generic_text(lines, generic)
+            result["summary"] = (f"no known cause matched in {source} ({len(lines)} lines); first error: "
+                                 f"{_clip(first)}")
+            hint = _unknown_hint(first)
+            result["remedy"] = (f"{hint}; " if hint else "") + (
+                "read the evidence line and the lines before it; rerun the server in the foreground to see "
+                "the full traceback")
+            result["evidence"] = [_clip(generic.raw)]
+            if superseded:
+                early = superseded[0]
+                result["summary"] += (f"; the earlier {early.rule.cause} line {early.line.index + 1} did not stop "
+                                      "the process (it went on until it was killed)")
+                result["evidence"].insert(0, _clip(early.line.raw))
+        elif (tb := _first_traceback(lines)) is not None and not healthy:
+            result["summary"] = (f"a traceback starts at line {tb.index + 1} of {source} but the log ends "
+                                 "before its error line (log cut short?)")
+            result["remedy"] = ("read the full journal of the unit (journalctl -u <unit> --no-pager) or "
+                                "rerun the server in the foreground to see the exception")
+            result["evidence"] = [_clip(tb.raw)]
+            # an OS error logged before the traceback (even one the program chose to ignore) is the lead
+            oserr = next((ln for ln in lines[: tb.index] if _OS_ERROR_RE.search(ln.text)), None)
+            if oserr is not None:
+                result["summary"] += f"; an OS error precedes it: {_clip(oserr.text)}"
+                hint = _unknown_hint(oserr.text)
+                if hint:
+                    result["remedy"] = f"{hint}; {result['remedy']}"
+                result["evidence"].insert(0, _clip(oserr.raw))
+        else:
+            state = "the server reported ready" if healthy else "no error line"
+            result["summary"] = f"no failure found in {source} ({len(lines)} lines; {state})"
+            if notes:
+                result["summary"] += f"; warnings only: {notes}"
+            result["remedy"] = "nothing to fix from this log"
+            result["evidence"] = [_clip(healthy[-1].raw)] if healthy else []
+        return result
+
+    # the text around the decision (remedy details such as OOM numbers or NCCL hints come from here)
+    lo = max(seg[0], chosen.line.index - CONTEXT_BEFORE)
+    hi = min(seg[1], chosen.line.index + CONTEXT_AFTER)
+    seg_text = "\n".join(ln.raw for ln in lines[lo:hi])
+    fill = _fill(chosen, facts, lines, seg_text)
+    rule = chosen.rule
+    summary = rule.summary.format_map(fill)
+    if len(segs) > 1:
+        summary += f" (start {seg_no} of {len(segs)} in this log)"
+    others = []
+    for m in sorted(seg_matches, key=lambda m: m.line.index):
+        if m.rule.cause != rule.cause and not m.rule.weak and m.rule.cause not in others:
+            others.append(m.rule.cause)
+    result.update({
+        "cause": rule.cause,
+        "summary": summary,
+        "remedy": rule.remedy.format_map(fill),
+        "evidence": _evidence(chosen, seg_matches, lines),
+        "rule": rule.name,
+        "line": chosen.line.index + 1,
+        "also_seen": others,
+    })
+    if rule.weak:
+        result["summary"] += " (from a warning: no fatal error line was found)"
+    return result
+
+
+def diagnose_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+    text, info = read_log(path, max_bytes=max_bytes)
+    return diagnose_text(text, source=os.path.basename(path), read_info=info)
+
+
+def fields_for(cause: str) -> list[Rule]:
+    """The rules of one cause (for docs and tests)."""
+    return [r for r in RULES if r.cause == cause]
