@@ -199,3 +199,17 @@ def test_the_gpu_inventory_deploys_ddtree_b15_k8_on_the_hybrid(tmp_path):
     assert "--speculative-algorithm DDTREE" in args and "--speculative-ddtree-budget 15" in args
     assert "--speculative-ddtree-topk 8" in args and "--mamba-scheduler-strategy extra_buffer" in args
     assert p["args"][p["args"].index("--attention-backend") + 1] == "triton"  # the pin beats sm90-without-fa3
+
+
+def test_ddtree_on_a_hybrid_is_warned_as_not_shown_lossless():
+    """The rule added in one place (roles/dflash_instances/vars/main.yml) as README's demonstration."""
+    hybrid = {"targets": {MODEL: dm.target_facts(LAB_HYBRID)}}
+    p = plan(good(algorithm="DDTREE", gpus=[0], port=30000), CT129, PROBE_GOOD, host_facts=hybrid)
+    rule = rules_of(p)[0]["ddtree-on-hybrid-target-not-shown-lossless"]
+    assert rule["warn"] and rule["flags"] == []
+    assert "DDTREE on Qwen3_5ForConditionalGeneration, a hybrid target" in rule["reason"]
+    assert "not shown" in rule["reason"]
+    for algo, facts in (("DFLASH", hybrid), ("DDTREE", {"targets": {MODEL: dm.target_facts(LAB_DENSE)}})):
+        p = plan(good(algorithm=algo, gpus=[0], port=30000), CT129, PROBE_GOOD, host_facts=facts)
+        assert "ddtree-on-hybrid-target-not-shown-lossless" not in rules_of(p)[0]
+    assert di.check_rules_table(RULES) == []
