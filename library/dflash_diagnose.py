@@ -47,8 +47,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cause:
-  description: One of missing_module, kernel_abi, xgrammar_structural_tag, flashinfer_arch,
-    cuda_oom, port_in_use, model_missing, nccl_init, no_kernel_image, driver_too_old, unknown.
+  description: One of the causes of module_utils/dflash_diagnose/rules.py (CAUSES), e.g. missing_module,
+    kernel_abi, cuda_oom, port_in_use, model_missing, context_length, bad_server_args; unknown when no rule knows it.
   type: str
   returned: always
 summary:

@@ -22,6 +22,7 @@ CAUSES = (
     "no_kernel_image",
     "driver_too_old",
     "bad_server_args",
+    "context_length",
     *_startup.CAUSES,
     "unknown",
 )
@@ -468,6 +469,18 @@ RULES: list[Rule] = [
          "install {ext_pkg} as a built wheel matching {torch} (`uv pip install --reinstall {ext_pkg}`); "
          "a source checkout without its compiled parts, or starting the server from inside that checkout, "
          "shadows the installed package"),
+    # ---------------------------------------------------------------- context_length
+    # sglang (ModelConfig, since PR 1778) and vLLM refuse a context length above the one derived from the
+    # model's config.json; SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 turns sglang's refusal into a warning
+    # ("Warning: ... is greater than the derived context_length"), which is not matched here.
+    Rule("context_length_over_derived", "context_length", 70,
+         _rx(r"User-specified (?:context_length|max_model_len) \((?P<ctx_user>\d+)\) is greater than the derived "
+             r"(?:context_length|max_model_len) \((?:[a-z_]+=)?(?P<ctx_derived>\d+)"),
+         "the server was asked for a context length of {ctx_user} tokens, above the {ctx_derived} the model's "
+         "config.json gives",
+         "lower the instance's context_length to {ctx_derived} or less (dflash_instances: context_length, or "
+         "--context-length in extra_args); only for a model that really handles more (rope scaling set up in "
+         "its config), set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in the instance's env"),
 ]
 
 
@@ -492,6 +505,7 @@ RULE_KEYWORDS = (
     "config format", "valid json", "budget", "minimum required version", "packagenotfound", "no cuda gpus",
     "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
     "infer device type", "no platform detected", "peer access",
+    "greater than the derived",
     "error: unrecognized arguments", "error: argument ", "error: ambiguous option", "arguments are required",
     *_startup.KEYWORDS,
 )

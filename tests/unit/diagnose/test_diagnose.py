@@ -569,3 +569,18 @@ def test_speculative_and_chat_template_errors_get_a_hint():
     assert r["cause"] == "incompatible_options" and "--speculative-num-draft-tokens" in r["remedy"]
     r = diagnose_text("jinja2.exceptions.TemplateSyntaxError: unexpected '}'\n")
     assert r["cause"] == "unknown" and "--chat-template" in r["remedy"]
+
+
+def test_context_length_refused_but_not_the_allowed_override():
+    """The cause added in one place (module_utils/dflash_diagnose/rules.py) as README's demonstration:
+    sglang's refusal names both lengths and the remedy; its warning once the override is allowed
+    (the line as published in jpezzulli/sglang-rtxpro6000 #19) is no failure."""
+    refused = ("ValueError: User-specified context_length (524288) is greater than the derived context_length "
+               "(262144). This may lead to incorrect model outputs or CUDA errors.\n")
+    d = diagnose_text(refused)
+    assert d["cause"] == "context_length"
+    assert "524288 tokens, above the 262144" in d["summary"] and "context_length to 262144 or less" in d["remedy"]
+    allowed = ("[2026-09-21 03:09:14] Warning: Target model's context_length (524288) is greater than the derived "
+               "context_length (262144). This may lead to incorrect model outputs or CUDA errors. Note that the "
+               "derived context_length may differ from max_position_embeddings in the model's config.\n")
+    assert diagnose_text(allowed)["cause"] != "context_length"
