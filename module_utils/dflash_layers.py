@@ -56,11 +56,11 @@ _REQ_RE = re.compile(
 )
 _CUDA_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
 _PROJECT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+# the fields of a layer: its own, and uv's resolution options (dflash_overlay.UV_OPTIONS)
 _KNOWN_KEYS = {
-    "name", "python", "parent", "requirements", "index_url", "extra_index_urls", "find_links",
-    "no_index", "no_deps", "index_strategy", "env", "cuda", "existing_path", "exclude",
+    "name", "python", "parent", "requirements", "no_deps", "env", "cuda", "existing_path", "exclude",
+    *overlay.UV_OPTIONS,
 }
-_INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
 
 
 # --------------------------------------------------------------------------- specs
@@ -80,14 +80,6 @@ def parse_requirement(text):
 
 def format_requirement(name, extras, version):
     return f"{name}[{','.join(extras)}]=={version}" if extras else f"{name}=={version}"
-
-
-def _str_list(value):
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return list(value)
 
 
 def validate_layers(layers):
@@ -146,22 +138,13 @@ def validate_layers(layers):
                 if rname in names:
                     errors.append(f"{where}: requirements[{ridx}]: {rname} pinned twice")
                 names[rname] = ridx
-        for key in ("index_url",):
-            val = layer.get(key)
-            if val is not None and (not isinstance(val, str) or not val.strip()):
-                errors.append(f"{where}: {key}: must be a non-empty string")
-        for key in ("extra_index_urls", "find_links"):
-            val = layer.get(key)
-            if val is not None and (isinstance(val, str) or not isinstance(val, list)
-                                    or not all(isinstance(v, str) and v for v in val)):
-                errors.append(f"{where}: {key}: must be a list of non-empty strings")
-        for key in ("no_index", "no_deps"):
-            val = layer.get(key)
-            if val is not None and not isinstance(val, bool):
-                errors.append(f"{where}: {key}: must be true or false")
-        strategy = layer.get("index_strategy")
-        if strategy is not None and strategy not in _INDEX_STRATEGIES:
-            errors.append(f"{where}: index_strategy: {strategy!r} not one of {', '.join(_INDEX_STRATEGIES)}")
+        for key in overlay.UV_OPTIONS:
+            problem = overlay.uv_option_error(key, layer.get(key))
+            if problem:
+                errors.append(f"{where}: {key}: {problem}")
+        val = layer.get("no_deps")
+        if val is not None and not isinstance(val, bool):
+            errors.append(f"{where}: no_deps: must be true or false")
         env = layer.get("env")
         if env is not None and (not isinstance(env, dict) or not all(
                 isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
@@ -213,12 +196,8 @@ def normalise_layer(layer):
         "python": None if layer.get("existing_path") or python is None else str(python).strip(),
         "parent": layer.get("parent") or None,
         "requirements": reqs,
-        "index_url": layer.get("index_url") or None,
-        "extra_index_urls": _str_list(layer.get("extra_index_urls")),
-        "find_links": _str_list(layer.get("find_links")),
-        "no_index": bool(layer.get("no_index", False)),
+        **overlay.uv_options_canonical(layer),
         "no_deps": bool(layer.get("no_deps", False)),
-        "index_strategy": layer.get("index_strategy") or None,
         "env": {str(k): str(v) for k, v in sorted((layer.get("env") or {}).items())},
         "cuda": layer.get("cuda") or None,
         "existing_path": (layer.get("existing_path") or "").rstrip("/") or None,

@@ -139,19 +139,72 @@ def offered(parent_dists, spec):
 
 # --------------------------------------------------------------------------- resolution
 
+# uv's resolution options a layer may set, one row per field of a dflash_venv_layers item:
+#   field: (kind, uv flag, choices, always)
+# kind: bool (the bare flag when true), str, list (the flag once per item), choice (one of choices).
+# Validation and the canonical spec (dflash_layers.py), the wheelhouse lock key (dflash_wheelhouse.py)
+# and uv's arguments (index_args) follow this table: a new uv option is a new row (and its line in
+# roles/dflash_layers/meta/argument_specs.yml). always: the field is part of every layer's canonical
+# spec; a row added later has always=False so that it enters the hash only where a layer sets it
+# (existing layers keep their hash).
+UV_OPTIONS = {
+    "no_index": ("bool", "--no-index", None, True),
+    "index_url": ("str", "--index-url", None, True),
+    "extra_index_urls": ("list", "--extra-index-url", None, True),
+    "find_links": ("list", "--find-links", None, True),
+    "index_strategy": ("choice", "--index-strategy", ("first-index", "unsafe-first-match", "unsafe-best-match"),
+                       True),
+    # pre-release versions of dependencies (uv: disallow, allow, if-necessary, explicit, if-necessary-or-explicit)
+    "prerelease": ("choice", "--prerelease",
+                   ("disallow", "allow", "if-necessary", "explicit", "if-necessary-or-explicit"), False),
+}
+
+
+def uv_option_error(field, value):
+    """Why a layer's value for a UV_OPTIONS field is wrong (None when it is right or absent)."""
+    kind, _flag, choices, _always = UV_OPTIONS[field]
+    if value is None:
+        return None
+    if kind == "bool" and not isinstance(value, bool):
+        return "must be true or false"
+    if kind == "str" and (not isinstance(value, str) or not value.strip()):
+        return "must be a non-empty string"
+    if kind == "list" and (isinstance(value, str) or not isinstance(value, list)
+                           or not all(isinstance(v, str) and v for v in value)):
+        return "must be a list of non-empty strings"
+    if kind == "choice" and value not in choices:
+        return f"{value!r} not one of {', '.join(choices)}"
+    return None
+
+
+def uv_options_canonical(layer):
+    """The canonical values of a layer's UV_OPTIONS fields (what the layer hash and the lock key cover)."""
+    out = {}
+    for field, (kind, _flag, _choices, always) in UV_OPTIONS.items():
+        value = layer.get(field)
+        if kind == "bool":
+            value = bool(value or False)
+        elif kind == "list":
+            value = [value] if isinstance(value, str) else list(value or [])
+        else:
+            value = value or None
+        if always or value:
+            out[field] = value
+    return out
+
+
 def index_args(spec):
-    """uv index / find-links / strategy arguments of a layer (no requirements, no --no-deps)."""
+    """uv index / find-links / strategy / pre-release arguments of a layer (no requirements, no --no-deps)."""
     args = []
-    if spec.get("no_index"):
-        args.append("--no-index")
-    if spec.get("index_url"):
-        args += ["--index-url", spec["index_url"]]
-    for url in spec.get("extra_index_urls") or []:
-        args += ["--extra-index-url", url]
-    for link in spec.get("find_links") or []:
-        args += ["--find-links", link]
-    if spec.get("index_strategy"):
-        args += ["--index-strategy", spec["index_strategy"]]
+    for field, (kind, flag, _choices, _always) in UV_OPTIONS.items():
+        value = spec.get(field)
+        if kind == "bool":
+            args += [flag] if value else []
+        elif kind == "list":
+            for item in value or []:
+                args += [flag, item]
+        elif value:
+            args += [flag, value]
     return args
 
 

@@ -24,20 +24,20 @@ import zipfile
 
 try:
     from ansible.module_utils.dflash_layers import FORMAT, default_runner, sha256_json
-    from ansible.module_utils.dflash_overlay import freeze, resolve
+    from ansible.module_utils.dflash_overlay import freeze, resolve, uv_options_canonical
     from ansible.module_utils.dflash_pep508 import canonical_name
     from ansible.module_utils.dflash_wheels import LayerError, sha256_file
 except ImportError:  # pytest imports module_utils/ as plain modules
     from dflash_layers import FORMAT, default_runner, sha256_json
-    from dflash_overlay import freeze, resolve
+    from dflash_overlay import freeze, resolve, uv_options_canonical
     from dflash_pep508 import canonical_name
     from dflash_wheels import LayerError, sha256_file
 
 
 def wheelhouse_key(spec, target, parent_freeze=None):
     """Key of a layer's lock: its resolution inputs, the host target and the parent's freeze."""
-    resolve_on = {k: spec.get(k) for k in ("requirements", "index_url", "extra_index_urls", "find_links",
-                                           "no_index", "no_deps", "index_strategy", "exclude")}
+    resolve_on = {k: spec.get(k) for k in ("requirements", "no_deps", "exclude")}
+    resolve_on.update(uv_options_canonical(spec))
     return sha256_json({"format": FORMAT, "resolve": resolve_on, "target": target,
                         "parent": sorted(parent_freeze) if parent_freeze else []})
 

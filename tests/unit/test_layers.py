@@ -126,7 +126,9 @@ def _role_default_layers(**inventory):
     from ansible.template import Templar, trust_as_template
 
     root = Path(__file__).resolve().parents[2]
-    defaults = yaml.safe_load((root / "roles/dflash_layers/defaults/main.yml").read_text())
+    # the shared inputs (roles/dflash, the role's meta dependency) under the role's own defaults
+    defaults = yaml.safe_load((root / "roles/dflash/defaults/main.yml").read_text())
+    defaults.update(yaml.safe_load((root / "roles/dflash_layers/defaults/main.yml").read_text()))
 
     def trust(v):
         if isinstance(v, str):
@@ -510,3 +512,25 @@ def test_missing_wheels_and_one_tar_push(tmp_path, wheels):
     assert WH.missing_wheels(str(host), lock) == []
     (host / lock[0]["filename"]).write_bytes(b"corrupt")  # a damaged copy is pushed again
     assert WH.missing_wheels(str(host), lock) == [lock[0]["filename"]]
+
+
+def test_a_uv_option_is_one_row_prerelease():
+    """The layer field added in one place (dflash_overlay.UV_OPTIONS) as README's demonstration:
+    checked, part of the hash only where set (existing layers keep theirs), in the lock key and in uv's argv."""
+    import dflash_overlay as O
+
+    base = {"name": "ov", "python": "python3.12", "requirements": ["b==1"]}
+    assert L.validate_layers([dict(base, prerelease="allow")]) == []
+    assert L.validate_layers([dict(base, prerelease="sometimes")]) == [
+        ("dflash_venv_layers[0] (ov): prerelease: 'sometimes' not one of disallow, allow, if-necessary, explicit, "
+        "if-necessary-or-explicit")]
+    plain, pre = L.normalise_layer(base), L.normalise_layer(dict(base, prerelease="allow"))
+    assert "prerelease" not in plain and pre["prerelease"] == "allow"
+    interp = {"implementation": "cpython", "version": "3.12.3"}
+    assert L.layer_hash(plain, "p" * 64, interp) != L.layer_hash(pre, "p" * 64, interp)
+    assert O.index_args(pre) == ["--prerelease", "allow"]
+    assert O.index_args(dict(L.normalise_layer(dict(base, index_strategy="unsafe-best-match", no_index=True,
+                                                        find_links=["/w"])), prerelease="if-necessary")) == [
+        "--no-index", "--find-links", "/w", "--index-strategy", "unsafe-best-match", "--prerelease", "if-necessary"]
+    target = {"python_version": "3.12", "arch": "x86_64", "glibc": "2.36"}
+    assert WH.wheelhouse_key(plain, target) != WH.wheelhouse_key(pre, target)
