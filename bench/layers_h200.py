@@ -6,7 +6,7 @@ hand-written 62-wheel list it replaces (bench/gpu/overlay-wheels-hand-written.tx
 
 usage: bench/layers_h200.py RESULTS_DIR [--out bench/layers_h200.md] [--hand-written LIST]
   RESULTS_DIR: an unpacked e2e-results.tgz (bench/gpu/results/<date>-layers/)
-CPU dry run: tests/unit/test_layers_h200.py builds a computed overlay over an existing venv with the
+CPU dry run: tests/unit/layers/test_layers_h200.py builds a computed overlay over an existing venv with the
 role's code, lays its marker out as e2e.sh does and checks what this script prints.
 """
 import argparse

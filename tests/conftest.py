@@ -14,9 +14,11 @@ MODULE_UTILS = str(REPO_ROOT / "module_utils")
 if MODULE_UTILS not in sys.path:
     sys.path.insert(0, MODULE_UTILS)
 
-# Tests live by stage (tests/unit/<stage>/test_*.py); their shared helpers stay importable by name:
-# tests/sglang_wheel.py, tests/unit/ansible_play.py.
-for helpers in (REPO_ROOT / "tests", REPO_ROOT / "tests" / "unit"):
+# Tests live by stage (tests/unit/<stage>/test_*.py); their shared helpers stay importable by name
+# (tests/sglang_wheel.py, tests/unit/ansible_play.py, and helpers one stage's tests take from another's,
+# e.g. the lab stand-in's Server from tests/unit/lab/test_standin.py).
+_UNIT = REPO_ROOT / "tests" / "unit"
+for helpers in (REPO_ROOT / "tests", _UNIT, *sorted(p for p in _UNIT.iterdir() if p.is_dir() and p.name != "__pycache__")):
     if str(helpers) not in sys.path:
         sys.path.insert(1, str(helpers))
 

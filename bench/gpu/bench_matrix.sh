@@ -21,7 +21,7 @@ exec > >(tee -a "$OUT/bench.log") 2>&1
 say() { echo "[bench +$(( $(date +%s) - T0 ))s] $*"; }
 say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none)"
 if [ -n "${DRY_RUN:-}" ]; then
-  exec "$PY" -m pytest -q tests/unit/test_bench_plan.py -k h200_matrix_file
+  exec "$PY" -m pytest -q tests/unit/bench/test_bench_plan.py -k h200_matrix_file
 fi
 [ -d /root/ctl/ansible ] && [ -L /opt/dflash/current ] || { say "no deployed release: run STAGES=deploy bash bench/gpu/e2e.sh first"; exit 2; }
 export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1

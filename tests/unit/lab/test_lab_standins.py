@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "lab" / "standin-tools"
 CT200 = REPO / "lab" / "captures" / "ct200"
 CT129 = REPO / "lab" / "captures" / "ct129"

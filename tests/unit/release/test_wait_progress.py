@@ -12,7 +12,7 @@ import sys
 import dflash_startup as st
 from ansible_play import run_play
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
 # real sglang 0.5.11 start-up of the toolkit's DFLASH unit on the H200 (the runner's log of the unit)
 # the H200's recorded start-up log, kept xz-compressed with the run's other raw logs

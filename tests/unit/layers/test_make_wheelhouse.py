@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dflash_wheels as W
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts" / "gpu"))
 import make_wheelhouse as M
 
 

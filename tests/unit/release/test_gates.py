@@ -14,7 +14,7 @@ import dflash_gates_output as out
 import dflash_gates_perf as perf
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REPLIES = ROOT / "tests" / "fixtures" / "replies"
 FIB_GATES = cfg.resolve()
 

@@ -10,7 +10,7 @@ import dflash_fingerprint.report
 import dflash_jinja
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LAB = ROOT / "lab" / "captures"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import dflash_probe as P
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "probe"
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "probe"
 
 
 def test_each_component_snippet_compiles():

@@ -19,7 +19,7 @@ import pytest
 
 UV = shutil.which("uv")
 needs_uv = pytest.mark.skipif(UV is None, reason="uv is not on PATH (the controller env is made with uv)")
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "layers"
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "layers"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -125,7 +125,7 @@ def _role_default_layers(**inventory):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     # the shared inputs (roles/dflash, the role's meta dependency) under the role's own defaults
     defaults = yaml.safe_load((root / "roles/dflash/defaults/main.yml").read_text())
     defaults.update(yaml.safe_load((root / "roles/dflash_layers/defaults/main.yml").read_text()))
@@ -146,7 +146,7 @@ def _role_default_layers(**inventory):
 def test_role_default_follows_the_seeds_and_lab_layers_are_valid():
     import yaml
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     # the host's own venv named: it is the base, used as it is; the overlay inherits its interpreter
     existing = _role_default_layers(dflash_base_venv="/root/venv")
     assert existing[0] == {"name": "base", "existing_path": "/root/venv"}

@@ -16,7 +16,7 @@ import dflash_server_flags as sf
 import pytest
 from test_instances import CT200_FACTS, good, validate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FLAGS, _HEAD = sf.load_flags(str(ROOT / "files/patches/sglang/0.5.11/server-flags.txt"))
 KEY = "sk-test-0f1e2d3c4b5a69788796a5b4"
 

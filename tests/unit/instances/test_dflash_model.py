@@ -12,7 +12,7 @@ import pytest
 from test_instances import CT200_FACTS, DRAFT, MODEL, good, validate
 from test_rules import CT129, CT200, PROBE_GOOD, RULES, plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
 import make_models
 

@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch (CPU) is needed for the shim's GDN math")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SHIM = os.path.join(ROOT, "bench", "gpu", "fp32_shim")
 sys.path.insert(0, SHIM)
 import fp32_attention

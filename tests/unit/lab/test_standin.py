@@ -17,7 +17,7 @@ import pytest
 from dflash_diagnose.engine import diagnose_text
 from dflash_diagnose.rules import CAUSES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
 FAULTS = ROOT / "files" / "lab" / "faults"
 FIB = "Write a Python function fibonacci(n) using iteration. Return only code."

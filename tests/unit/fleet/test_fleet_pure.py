@@ -318,7 +318,7 @@ def test_summary_callback_collects_and_prints(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     spec = importlib.util.spec_from_file_location(
-        "dflash_rollout_cb", Path(__file__).resolve().parents[2] / "callback_plugins" / "dflash_rollout.py")
+        "dflash_rollout_cb", Path(__file__).resolve().parents[3] / "callback_plugins" / "dflash_rollout.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     cb = mod.CallbackModule()

@@ -12,7 +12,7 @@ import dflash_layers as L
 from test_layers import make_wheel
 from test_overlay import computed, needs_uv, venv_with
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "layers_h200.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "layers_h200.py"
 
 
 @needs_uv

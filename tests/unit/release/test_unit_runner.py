@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("unit_runner", ROOT / "scripts" / "unit_runner.py")
 ur = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ur)

@@ -7,7 +7,7 @@ import sys
 
 from ansible_play import run_play
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
 
 

@@ -17,7 +17,7 @@ import dflash_smoke as smoke
 import pytest
 from test_standin import BASE_ARGS, SPEC_ARGS, Server, http
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LAUNCH = ROOT / "roles/dflash_instances/files/dflash-launch.py"
 STANDIN = ROOT / "files/lab/sglang_standin.py"
 KEY = "sk-unit-6f0e4d2c1b3a59788796"

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("dflash_stage_model",
                                                ROOT / "roles/dflash_instances/files/dflash-stage-model.py")
 stage_mod = importlib.util.module_from_spec(_spec)

@@ -9,7 +9,7 @@ import dflash_smoke as s
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def documented_options(module):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("make_wheelhouse", ROOT / "scripts" / "gpu" / "make_wheelhouse.py")
 mw = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mw)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from test_rules import CT129, CT200, PROBE_SEED_CT200, RULES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RULE_NAMES = [r["name"] for r in RULES]
 MODEL, DRAFT = "/dev/shm/Qwen3.6-27B", "/dev/shm/Qwen3.6-27B-DFlash"
 # a second DFlash draft trained with a 32-token block (what DDTREE budget 31 needs)

@@ -7,7 +7,7 @@ import dflash_runner
 import pytest
 from ansible_play import run_play
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(("facts", "want"), [

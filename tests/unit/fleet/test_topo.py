@@ -5,7 +5,7 @@ from pathlib import Path
 import dflash_topo as t
 import pytest
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "topo"
 
 
 def topo(name):

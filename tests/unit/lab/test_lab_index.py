@@ -17,7 +17,7 @@ import pytest
 from test_layers import _role_default_layers, run_py
 
 UV = shutil.which("uv")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(UV is None, reason="uv is not on PATH (the controller env is made with uv)")
 
 

@@ -11,7 +11,7 @@ import pytest
 from test_instances import CT200_FACTS, DRAFT, MODEL, RULE_NAMES
 from test_rules import CT129, RULES
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "topo"
 QWEN = {"num_attention_heads": 64, "num_key_value_heads": 8, "source": f"{MODEL}/config.json"}
 
 
@@ -108,7 +108,7 @@ def test_model_facts_read_config_and_text_config(tmp_path):
 
 def test_lab_model_config_splits_over_tp2_not_tp16():
     # the lab's Qwen3.6-27B config (hybrid, as the real one): 24 attention heads, 4 KV heads
-    lab = Path(__file__).resolve().parents[2] / "lab" / "models" / "Qwen3.6-27B"
+    lab = Path(__file__).resolve().parents[3] / "lab" / "models" / "Qwen3.6-27B"
     cfg = tp.model_facts([{"model_path": str(lab)}])[str(lab)]
     assert cfg["num_attention_heads"] == 24 and tp.heads_error(2, cfg) is None
     assert "tp 16 does not divide the model's 24 attention heads" in tp.heads_error(16, cfg)
@@ -189,7 +189,7 @@ def test_single_gpu_and_unknown_topology_fire_nothing():
 def test_lab_ct129_capture_through_the_real_parser():
     import dflash_fingerprint.collect
     import dflash_fingerprint.merge
-    lab = Path(__file__).resolve().parents[2] / "lab" / "captures" / "ct129"
+    lab = Path(__file__).resolve().parents[3] / "lab" / "captures" / "ct129"
     fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(str(lab)))
     assert fp["topology"]["links"] == {"0-1": "SYS"} and fp["topology"]["p2p"] == {"0-1": "CNS"}
     p = plan(inst(gpus=[0, 1]), fp)
