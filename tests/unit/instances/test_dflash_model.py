@@ -205,11 +205,11 @@ def test_ddtree_on_a_hybrid_is_warned_as_not_shown_lossless():
     """The rule added in one place (roles/dflash_instances/vars/main.yml) as README's demonstration."""
     hybrid = {"targets": {MODEL: dm.target_facts(LAB_HYBRID)}}
     p = plan(good(algorithm="DDTREE", gpus=[0], port=30000), CT129, PROBE_GOOD, host_facts=hybrid)
-    rule = rules_of(p)[0]["ddtree-on-hybrid-target-not-shown-lossless"]
+    rule = rules_of(p)[0]["hybrid-target-tree-verify-not-shown-lossless"]
     assert rule["warn"] and rule["flags"] == []
     assert "DDTREE on Qwen3_5ForConditionalGeneration, a hybrid target" in rule["reason"]
     assert "not shown" in rule["reason"]
     for algo, facts in (("DFLASH", hybrid), ("DDTREE", {"targets": {MODEL: dm.target_facts(LAB_DENSE)}})):
         p = plan(good(algorithm=algo, gpus=[0], port=30000), CT129, PROBE_GOOD, host_facts=facts)
-        assert "ddtree-on-hybrid-target-not-shown-lossless" not in rules_of(p)[0]
+        assert "hybrid-target-tree-verify-not-shown-lossless" not in rules_of(p)[0]
     assert di.check_rules_table(RULES) == []

@@ -376,7 +376,9 @@ def test_argument_specs_mirror_the_schema():
     opts = specs["argument_specs"]["main"]["options"]["dflash_instances"]["options"]
     assert set(opts) == di.INSTANCE_KEYS
     assert set(opts["ddtree"]["options"]) == di.DDTREE_KEYS
-    defaults = yaml.safe_load((ROOT / "roles/dflash_instances/defaults/main.yml").read_text())
+    # the role's own defaults over the shared inputs' (roles/dflash, its meta dependency)
+    defaults = yaml.safe_load((ROOT / "roles/dflash/defaults/main.yml").read_text())
+    defaults.update(yaml.safe_load((ROOT / "roles/dflash_instances/defaults/main.yml").read_text()))
     for name in specs["argument_specs"]["main"]["options"]:
         assert name in defaults, name
 

@@ -1,5 +1,6 @@
 """dflash_service_manager's default is defined once (module_utils/dflash_runner.default_service_manager,
-the dflash_service_manager_default filter); the instances and release roles' defaults both use it."""
+the dflash_service_manager_default filter): the shared inputs' role (roles/dflash) holds it, the release
+role's default follows it."""
 import json
 import pathlib
 
@@ -31,7 +32,7 @@ def test_both_roles_defaults_through_a_playbook(tmp_path):
             "content": "{{ {'instances': dflash_service_manager, 'release': dflash_release_service_manager,"
                        " 'facts': ansible_facts.get('service_mgr')} | to_json }}"}}
     load = [{"ansible.builtin.include_vars": str(ROOT / "roles" / r / "defaults" / "main.yml")}
-            for r in ("dflash_instances", "dflash_release")]
+            for r in ("dflash", "dflash_instances", "dflash_release")]
     play = [
         {"hosts": "localhost", "gather_facts": False, "tasks": [*load, show("nofacts")]},
         {"hosts": "localhost", "gather_facts": True, "tasks": [*load, show("facts")]},
@@ -40,7 +41,7 @@ def test_both_roles_defaults_through_a_playbook(tmp_path):
             # the release role follows the setting
             {"ansible.builtin.set_fact": {"dflash_service_manager": (
                 "{{ 'runner' if ansible_facts.get('service_mgr') == 'systemd' else 'systemd' }}")}},
-            load[1], show("set")]},
+            load[2], show("set")]},
     ]
     r = run_play(play, tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
