@@ -156,3 +156,12 @@ def test_read_capture_errors(tmp_path):
         dflash_fingerprint.collect.read_capture(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="holds none of the capture files"):
         dflash_fingerprint.collect.read_capture(tmp_path)
+
+
+def test_cli_main_in_process(capsys):
+    """The same CLI called in-process (python -m runs it in a subprocess above)."""
+    import dflash_fingerprint.__main__ as cli
+
+    assert cli.main(["--replay-dir", str(CT200)]) == 0
+    fp = json.loads(capsys.readouterr().out)
+    assert fp["gpu_count"] == 8 and fp["gpus"][0]["sm"] == "12.0"
