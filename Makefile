@@ -18,7 +18,7 @@ export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
 LIMIT ?= ct200
 # With a prefix, labctl writes lab/.inv/<prefix>.yml mapping ct129/ct200 to your containers.
 LAB_INVENTORY := -i inventory/lab $(if $(LAB_PREFIX),-i lab/.inv/$(patsubst %-,%,$(LAB_PREFIX)).yml)
-SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+SCENARIOS ?=
 
 .PHONY: help deps controller lab-image lab-up lab-down deploy-lab lint unit molecule test
 
@@ -56,14 +56,8 @@ lint: controller
 unit: controller
 	pytest -q
 
-molecule: controller lab-image ## every scenario under molecule/, one after the other; all run, fails if one failed
-	@failed=""; for s in $(SCENARIOS); do \
-	  echo "== molecule test -s $$s"; start=$$(date +%s); \
-	  if MOLECULE_EPHEMERAL_DIRECTORY=$(REPO)/.molecule/$(LAB_PREFIX)$$s molecule test -s $$s; then res=ok; \
-	  else res=FAILED; failed="$$failed $$s"; fi; \
-	  echo "== molecule $$s: $$res in $$(( $$(date +%s) - start ))s"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "molecule scenarios failed:$$failed"; exit 1; fi
+molecule: controller lab-image ## every scenario under molecule/ (or SCENARIOS=...), MOLECULE_JOBS (default 2) at a time; all run, fails if one failed
+	@scripts/molecule_all.sh $(SCENARIOS)
 
 test: ## lint + unit + molecule, each part timed; all parts run, fails if one failed
 	@scripts/timed.sh lint unit molecule

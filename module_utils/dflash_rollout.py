@@ -50,7 +50,9 @@ def batches(hosts, serial) -> list:
     return out
 
 
-ROLLED_BACK_RE = re.compile(r"rolled back to (\S+?)(?: \(|\s|$)")
+# what the rescue says became of the host: "put back: current -> R; ..." (roles/dflash_release/tasks/
+# revert.yml), or "rolled back to R" (rollback.yml); "none" when a first deploy had nothing to put back
+ROLLED_BACK_RE = re.compile(r"(?:put back: current ->|rolled back to) (\S+?)(?:[;,] | \(|\s|$)")
 
 
 def summary(hosts, before, after, failures, batch_list=None, started=None) -> list:
@@ -67,13 +69,13 @@ def summary(hosts, before, after, failures, batch_list=None, started=None) -> li
         if h in (failures or {}):
             msg = " ".join(str(failures[h]).split())
             m = ROLLED_BACK_RE.search(msg)
-            if m:
+            if m and m.group(1) != "none":
                 row["after"] = m.group(1)
             elif "no previous release" in msg:
                 row["after"] = None  # a first deploy that failed: its instances were stopped
             else:
                 row["after"] = prev  # failed before its release changed
-            # the head says what failed, the tail what became of the host (rolled back to ...)
+            # the head says what failed, the tail what became of the host (put back: current -> ...)
             row["verdict"] = "FAILED: " + (msg if len(msg) <= 400 else f"{msg[:240]} ... {msg[-160:]}")
         elif h in (after or {}):
             a = after[h] or {}

@@ -355,3 +355,15 @@ def test_summary_keeps_the_end_of_a_long_failure():
     row = ro.summary(["fl-a"], {"fl-a": "R1"}, {}, {"fl-a": msg})[0]
     assert row["after"] == "R1" and row["verdict"].endswith("rolled back to R1 (smoke test passed)")
     assert len(row["verdict"]) < 420
+
+
+def test_summary_reads_the_rescues_words():
+    """The rescue of a failed smoke test says "put back: current -> R; ..." (revert.yml): the row's
+    release after the run is R, and a first deploy with nothing to put back has none."""
+    msg = ("fl-a: instance mn: smoke failed: release R2 (previous R1): gate perf.tokens_per_s failed -- "
+           "put back: current -> R1; stopped: dflash-new.service; serving now (checked): mn 200")
+    row = ro.summary(["fl-a"], {"fl-a": "R0"}, {}, {"fl-a": msg})[0]
+    assert row["after"] == "R1" and "put back: current -> R1" in row["verdict"]
+    first = ("fl-b: smoke failed -- put back: current -> none (first deploy: no previous release); "
+             "serving now (checked): nothing")
+    assert ro.summary(["fl-b"], {"fl-b": None}, {}, {"fl-b": first})[0]["after"] is None
