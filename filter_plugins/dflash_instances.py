@@ -12,10 +12,13 @@ if _MU not in sys.path:
 
 import dflash_checks as _ck
 import dflash_diskspace as _dsk
-import dflash_instances as _di
 import dflash_inventory as _inv
 import dflash_secrets as _ds
 import dflash_server_flags as _sf
+from dflash_instances import flags as _di_flags
+from dflash_instances import host as _di_host
+from dflash_instances import rules as _di_rules
+from dflash_instances import validate as _di_validate
 from dflash_jinja import plain as _plain
 from dflash_runner import default_service_manager
 
@@ -35,11 +38,11 @@ def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, hos
     instances, host_facts = _plain(instances), _plain(host_facts)
     known, _source = _sf.load_flags(str(server_flags_file)) if server_flags_file else (None, "")
     remove = _plain(remove) if isinstance(_plain(remove), list) else []
-    errors = _di.check_rules_table(rules)
-    errors += _di.validate_instances(
+    errors = _di_rules.check_rules_table(rules)
+    errors += _di_validate.validate_instances(
         str(host), instances, _plain(fingerprint), host_facts,
         [r["name"] for r in rules], _plain(host_disabled_rules) or [], bool(protect_home),
-        gpu_checker=_di.default_gpu_checker(), service_user=str(service_user), server_flags=known,
+        gpu_checker=_di_validate.default_gpu_checker(), service_user=str(service_user), server_flags=known,
         sglang_version=str(sglang_version), prefix=str(prefix) if prefix else None,
         removed=_removed(instances if isinstance(instances, list) else [], host_facts, remove_absent, remove))
     return errors
@@ -92,13 +95,13 @@ def dflash_instances_warnings(instances, host, host_facts, bind_host="127.0.0.1"
 def dflash_instances_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled_rules=(),
                            lab_standin=False, bind_host="0.0.0.0"):
     """The dflash_flags fact: {instance: {args, env, applied, skipped, removed_cause, ...}}."""
-    return _di.plan_flags(_plain(instances), _plain(rules), _plain(fingerprint), _plain(probe),
+    return _di_flags.plan_flags(_plain(instances), _plain(rules), _plain(fingerprint), _plain(probe),
                           _plain(host_facts), _plain(tree), _plain(host_disabled_rules) or [],
                           bool(lab_standin), str(bind_host))
 
 
 def dflash_instances_report(flags):
-    return _di.flags_report(_plain(flags))
+    return _di_flags.flags_report(_plain(flags))
 
 
 def dflash_instances_unresolved(instances, host):
@@ -129,7 +132,7 @@ def dflash_instances_unresolved(instances, host):
 
 def dflash_instances_unit_files(instances, staged_dir, unit_dir):
     """[{instance, src, dest}] of the rendered units the release stage's activation puts live."""
-    return _di.unit_files(_plain(instances), str(staged_dir), str(unit_dir))
+    return _di_host.unit_files(_plain(instances), str(staged_dir), str(unit_dir))
 
 
 def dflash_instances_public(instances):

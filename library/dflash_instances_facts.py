@@ -32,7 +32,7 @@ host_facts: {description: "{listeners, paths, drafts, units, overlay}", returned
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_instances import gather_host_facts
+from ansible.module_utils.dflash_instances.host import gather_host_facts
 
 
 def main():

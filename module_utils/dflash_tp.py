@@ -1,7 +1,7 @@
 """Tensor parallel on one host and across hosts: the instance fields, their checks on one host,
 the facts the tensor-parallel rules read, and the launch flags.
 
-Pure functions, no Ansible import. Called by module_utils/dflash_instances.py through one-line hooks
+Pure functions, no Ansible import. Called by module_utils/dflash_instances/ through one-line hooks
 (validation, rule context, launch arguments, host facts) and by dflash_smoke.py (a node rank > 0
 has no HTTP API to smoke-test). The checks across hosts (ranks, addresses, batches) are in
 dflash_multinode.py.

@@ -2,7 +2,7 @@
 
 Two steps (bench/gpu/argparse_check.sh runs both on the GPU machine):
 
-  cases  --out DIR [--python PY --pythonpath P]   render the cases with module_utils/dflash_instances.py
+  cases  --out DIR [--python PY --pythonpath P]   render the cases with module_utils/dflash_instances/
          and the rules table of roles/dflash_instances/vars/main.yml:
            h200-live-*  : this machine's live fingerprint (module_utils/dflash_fingerprint/) and the
                           live probe of PY + PYTHONPATH (module_utils/dflash_probe.py)
@@ -62,7 +62,8 @@ def _instances(gpus):
 def validator_errors(inst, fp, rules):
     """dflash_instances' own validation of one instance, with the drafts' block sizes read from their
     config.json as library/dflash_instances_facts.py does (BLOCKS when the folders are not there)."""
-    from dflash_instances import draft_block_size, validate_instances
+    from dflash_instances.host import draft_block_size
+    from dflash_instances.validate import validate_instances
 
     drafts = {}
     for d, block in BLOCKS.items():
@@ -81,7 +82,8 @@ def make_cases(python, pythonpath):
     import yaml
     from dflash_fingerprint.collect import collect_raw, read_capture
     from dflash_fingerprint.merge import fingerprint_from_raw
-    from dflash_instances import plan_instance, sgl_kernel_facts
+    from dflash_instances.flags import plan_instance
+    from dflash_instances.host import sgl_kernel_facts
 
     rules = yaml.safe_load((ROOT / "roles/dflash_instances/vars/main.yml").read_text())["__dflash_instances_rules"]
     cases, notes = [], {}

@@ -7,7 +7,7 @@
 #      with module_utils/dflash_tree/, and that tree put first on PYTHONPATH;
 #   2. config-only model folders at the seeds' paths (/dev/shm/Qwen3.6-27B, -DFlash: a tiny Qwen3
 #      target and a DFlash draft with block_size 16) and -DFlash-b32 (the same draft, block_size 32);
-#   3. bench/gpu/argparse_check.py renders the argument lists with module_utils/dflash_instances.py and
+#   3. bench/gpu/argparse_check.py renders the argument lists with module_utils/dflash_instances/ and
 #      the rules table: this machine's LIVE fingerprint + LIVE probe (SM 9.0), the seeds' ct200
 #      (lab/captures/ct200: SM 12.0 + nvcc 12.8 + xgrammar 0.1.10 -> triton / pytorch sampling /
 #      grammar none) and ct129 (SM 8.6, no fallbacks), for DFLASH, DDTREE (tree, shadow-linear) and

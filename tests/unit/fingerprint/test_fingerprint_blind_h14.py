@@ -10,9 +10,9 @@ import dflash_fingerprint.gate
 import dflash_fingerprint.merge
 import dflash_fingerprint.parse
 import dflash_fingerprint.values
-import dflash_instances as di
 import pytest
 import yaml
+from dflash_instances import flags as di_flags
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "captures"
@@ -125,7 +125,7 @@ def test_blind_capture_facts_verdict_and_rules(folder):
         assert any(frag in p for p in fp["problems"]), (frag, fp["problems"])
     inst = {"name": "main", "gpus": [0], "port": 30001, "algorithm": "DFLASH", "model_path": "/srv/m",
             "draft_model_path": "/srv/d"}
-    plan = di.plan_instance(inst, RULES, fp, PROBE, {}, {"path": "/opt/t"})
+    plan = di_flags.plan_instance(inst, RULES, fp, PROBE, {}, {"path": "/opt/t"})
     assert [a["rule"] for a in plan["applied"]] == rules
     if rules == SM12_FALLBACK:
         assert plan["args"][plan["args"].index("--attention-backend") + 1] == "triton"

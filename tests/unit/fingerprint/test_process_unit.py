@@ -8,9 +8,10 @@ import sys
 import time
 
 import dflash_fingerprint.collect
-import dflash_instances as di
 import dflash_runner
 import pytest
+from dflash_instances import host as di_host
+from dflash_instances import validate as di_validate
 
 V1_HEAD = "12:pids:{p}\n11:memory:{p}\n4:cpuset:/\n1:name=systemd:{p}\n"
 # name: (cgroup text or None for no file, the runner unit whose process group the process is in
@@ -68,7 +69,7 @@ def _fake_proc(tmp_path):
 
 def test_both_stages_name_the_same_unit(tmp_path):
     proc, run, pids = _fake_proc(tmp_path)
-    by_port = {x["port"]: x for x in di.read_listeners(str(proc), run_dir=str(run))}
+    by_port = {x["port"]: x for x in di_host.read_listeners(str(proc), run_dir=str(run))}
     for name, (pid, port) in pids.items():
         assert by_port[port]["pid"] == pid, name
         fingerprint = dflash_fingerprint.collect.process_unit(pid, proc=str(proc), run_dir=str(run))
@@ -78,12 +79,12 @@ def test_both_stages_name_the_same_unit(tmp_path):
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if c[0] is not None])
 def test_cgroup_text_alone(name):
     cgroup, _, want, _ = CASES[name]
-    assert di.unit_from_cgroup(cgroup) == want
+    assert di_host.unit_from_cgroup(cgroup) == want
 
 
 def test_one_implementation():
     assert dflash_fingerprint.collect.process_unit is dflash_runner.process_unit
-    assert di.unit_from_cgroup is dflash_runner.unit_from_cgroup
+    assert di_host.unit_from_cgroup is dflash_runner.unit_from_cgroup
 
 
 def test_runner_started_listener_is_ours_in_both_stages(tmp_path):
@@ -100,9 +101,9 @@ def test_runner_started_listener_is_ours_in_both_stages(tmp_path):
         port = int(log.read_text().strip().splitlines()[-1])
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
-        listener = next(x for x in di.read_listeners(run_dir=str(run)) if x["port"] == port)
+        listener = next(x for x in di_host.read_listeners(run_dir=str(run)) if x["port"] == port)
         assert listener["pid"] == pid
         assert listener["unit"] == dflash_fingerprint.collect.process_unit(pid, run_dir=str(run)) == "dflash-l.service"
-        assert di.is_ours(listener, service_user=listener["user"])
+        assert di_validate.is_ours(listener, service_user=listener["user"])
     finally:
         dflash_runner.stop(str(run / "dflash-l.service.pid"), timeout=5)

@@ -4,10 +4,12 @@ and the rules on real topologies, the launch flags, the smoke record of a node r
 import copy
 from pathlib import Path
 
-import dflash_instances as di
 import dflash_topo as topo
 import dflash_tp as tp
 import pytest
+from dflash_instances import fields as di_fields
+from dflash_instances import flags as di_flags
+from dflash_instances import validate as di_validate
 from test_instances import CT200_FACTS, DRAFT, MODEL, RULE_NAMES
 from test_rules import CT129, RULES
 
@@ -30,7 +32,7 @@ def inst(**kw):
 
 
 def validate(instances, host_facts=None):
-    return di.validate_instances("ct200", instances, None, host_facts or facts(), RULE_NAMES)
+    return di_validate.validate_instances("ct200", instances, None, host_facts or facts(), RULE_NAMES)
 
 
 def fp_with(topo_name, p2p_name=None, n=8):
@@ -46,7 +48,7 @@ def test_tp_over_two_gpus_and_multinode_are_valid():
     assert validate([inst()]) == []
     mn = inst(gpus=[1], tp=2, nnodes=2, node_rank=0, dist_init_addr="10.0.0.1:29500")
     assert validate([mn]) == []
-    assert di.effective_instance(inst(gpus=[1, 2], nnodes=2, node_rank=1, dist_init_addr="h:29500"))["tp"] == 4
+    assert di_fields.effective_instance(inst(gpus=[1, 2], nnodes=2, node_rank=1, dist_init_addr="h:29500"))["tp"] == 4
 
 
 @pytest.mark.parametrize("changes, field, needle", [
@@ -124,7 +126,7 @@ def test_launch_flags():
     mn = inst(gpus=[1], nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:29500")
     assert tp.launch_args(mn) == ["--enable-metrics", "--nnodes", "2", "--node-rank", "1",
                                   "--dist-init-addr", "10.0.0.1:29500"]
-    args = di.build_args(mn, [])
+    args = di_flags.build_args(mn, [])
     assert args[args.index("--tp-size") + 1] == "2"
 
 
@@ -139,7 +141,7 @@ def test_secondary_rank_smoke_record():
 # --------------------------------------------------------------------------- rules on real topologies
 
 def plan(instance, fp):
-    return di.plan_instance(instance, RULES, fp, None, {}, None)
+    return di_flags.plan_instance(instance, RULES, fp, None, {}, None)
 
 
 def applied(p):

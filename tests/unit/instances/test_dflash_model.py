@@ -6,9 +6,11 @@ import json
 import sys
 from pathlib import Path
 
-import dflash_instances as di
 import dflash_model as dm
 import pytest
+from dflash_instances import host as di_host
+from dflash_instances import rules as di_rules
+from dflash_instances import validate as di_validate
 from test_instances import CT200_FACTS, DRAFT, MODEL, good, validate
 from test_rules import CT129, CT200, PROBE_GOOD, RULES, plan
 
@@ -125,7 +127,7 @@ def test_gather_host_facts_reads_the_target_config(tmp_path):
     staged.mkdir()
     (model / "config.json").write_text(LAB_HYBRID)
     (staged / "config.json").write_text(LAB_DENSE)
-    hf = di.gather_host_facts([{"name": "a", "model_path": str(model)},
+    hf = di_host.gather_host_facts([{"name": "a", "model_path": str(model)},
                                {"name": "b", "model_path": str(tmp_path / "absent"), "model_source": str(staged)}],
                               unit_dir=str(tmp_path), proc=str(tmp_path / "proc"))  # fmt: skip
     assert hf["targets"][str(model)]["hybrid"] is True
@@ -169,7 +171,7 @@ def test_unknown_target_facts_leave_the_rule_unevaluated():
     p = plan(good(), CT200, PROBE_GOOD, host_facts={})
     _, skipped = rules_of(p)
     assert "unknown" in skipped["hybrid-spec-radix-extra-buffer"]["reason"]
-    assert di.check_rules_table(RULES) == []
+    assert di_rules.check_rules_table(RULES) == []
 
 
 def test_draft_stays_valid_beside_the_hybrid():
@@ -190,9 +192,9 @@ def test_the_gpu_inventory_deploys_ddtree_b15_k8_on_the_hybrid(tmp_path):
     facts = {"listeners": [], "paths": {p: {"exists": True, "isdir": True, "tmpfs": False}
                                         for p in (inst["model_path"], inst["draft_model_path"])},
              "drafts": {inst["draft_model_path"]: dict(zip(("block_size", "block_size_source", "error"),
-                                                           di.draft_block_size(draft_cfg), strict=True))},
+                                                           di_host.draft_block_size(draft_cfg), strict=True))},
              "targets": {inst["model_path"]: dm.target_facts(target_cfg)}}  # fmt: skip
-    assert di.validate_instances("localhost", [inst], H200, facts, [r["name"] for r in RULES]) == []
+    assert di_validate.validate_instances("localhost", [inst], H200, facts, [r["name"] for r in RULES]) == []
     probe = {**PROBE_GOOD, "sgl_kernel": {"fa3": False}}
     p = plan(inst, H200, probe, host_facts=facts)
     args = " ".join(p["args"])
@@ -212,4 +214,4 @@ def test_ddtree_on_a_hybrid_is_warned_as_not_shown_lossless():
     for algo, facts in (("DFLASH", hybrid), ("DDTREE", {"targets": {MODEL: dm.target_facts(LAB_DENSE)}})):
         p = plan(good(algorithm=algo, gpus=[0], port=30000), CT129, PROBE_GOOD, host_facts=facts)
         assert "hybrid-target-tree-verify-not-shown-lossless" not in rules_of(p)[0]
-    assert di.check_rules_table(RULES) == []
+    assert di_rules.check_rules_table(RULES) == []

@@ -5,9 +5,12 @@ import json
 import os
 from pathlib import Path
 
-import dflash_instances as di
 import pytest
 import yaml
+from dflash_instances import fields as di_fields
+from dflash_instances import flags as di_flags
+from dflash_instances import host as di_host
+from dflash_instances import validate as di_validate
 from test_rules import CT129, CT200, PROBE_SEED_CT200, RULES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,7 +53,7 @@ def validate(instances, fp=CT200, facts=CT200_FACTS, checker=None, **kw):
             p = inst.get(key)
             if isinstance(p, str) and p.startswith("/"):
                 facts["paths"].setdefault(p, {"exists": False, "isdir": False, "tmpfs": False})
-    return di.validate_instances("ct200", instances, fp, facts, RULE_NAMES, gpu_checker=checker, **kw)
+    return di_validate.validate_instances("ct200", instances, fp, facts, RULE_NAMES, gpu_checker=checker, **kw)
 
 
 GOOD = [
@@ -208,7 +211,7 @@ def test_protect_home_off_allows_home_paths():
 # --- GPUs through the fingerprint stage's check_requested_gpus -------------------------------
 
 def _checker():
-    return di.default_gpu_checker()
+    return di_validate.default_gpu_checker()
 
 
 def test_busy_gpu0_rejected_unless_allowed():
@@ -229,7 +232,7 @@ def test_missing_gpu_index_rejected():
 def test_ct129_lab_instance_valid():
     checker = _checker()
     facts = {"listeners": [], "paths": CT200_FACTS["paths"], "drafts": CT200_FACTS["drafts"]}
-    assert di.validate_instances("ct129", [good(gpus=[0], port=30000)], CT129, facts, RULE_NAMES,
+    assert di_validate.validate_instances("ct129", [good(gpus=[0], port=30000)], CT129, facts, RULE_NAMES,
                                  gpu_checker=checker) == []
 
 
@@ -238,7 +241,7 @@ def test_ct129_lab_instance_valid():
 def test_args_are_exactly_the_launch_server_argv():
     inst = good(algorithm="DDTREE", mem_fraction_static=0.85, context_length=8192, gpus=[1, 2],
                 extra_args=["--cuda-graph-max-bs", "8"], pin_flags={"--enable-metrics": True, "--x": False})
-    p = di.plan_instance(inst, RULES, CT200, PROBE_SEED_CT200, {}, {"path": "/opt/dflash/trees/sglang-0.5.11-abc"})
+    p = di_flags.plan_instance(inst, RULES, CT200, PROBE_SEED_CT200, {}, {"path": "/opt/dflash/trees/sglang-0.5.11-abc"})
     assert p["args"] == [
         "--model-path", MODEL, "--host", "127.0.0.1", "--port", "30001", "--tp-size", "2",
         "--mem-fraction-static", "0.85", "--context-length", "8192",
@@ -255,21 +258,21 @@ def test_args_are_exactly_the_launch_server_argv():
 
 def test_env_overlay_libs_and_user_env():
     hf = {"overlay": {"nvidia_lib_dirs": ["/o/nvidia/cu13/lib", "/o/nvidia/nccl/lib"], "nvcc": None}}
-    p = di.plan_instance(good(env={"HF_HUB_OFFLINE": "1"}), RULES, CT129, {}, hf, None)
+    p = di_flags.plan_instance(good(env={"HF_HUB_OFFLINE": "1"}), RULES, CT129, {}, hf, None)
     assert p["env"]["LD_LIBRARY_PATH"] == "/o/nvidia/cu13/lib:/o/nvidia/nccl/lib"
     assert p["env"]["HF_HUB_OFFLINE"] == "1"
     assert "PYTHONPATH" not in p["env"]
 
 
 def test_plan_flags_keys_by_instance_and_report_lines():
-    flags = di.plan_flags([good(), good(name="b", gpus=[2], port=30002, algorithm="NONE", draft_model_path=None)],
+    flags = di_flags.plan_flags([good(), good(name="b", gpus=[2], port=30002, algorithm="NONE", draft_model_path=None)],
                           RULES, CT200, PROBE_SEED_CT200, {}, None)
     assert sorted(flags) == ["b", "dflash-gpu1"]
     for f in flags.values():
         assert set(f) >= {"args", "env", "applied", "skipped"}
         for a in f["applied"]:
             assert set(a) >= {"rule", "reason", "flags"}
-    lines = di.flags_report(flags)
+    lines = di_flags.flags_report(flags)
     assert any(line.startswith("dflash-gpu1: python -m sglang.launch_server --model-path") for line in lines)
     assert any("rule xgrammar-without-structuraltag: --grammar-backend none -- xgrammar 0.1.10" in ln
                for ln in lines)
@@ -291,9 +294,9 @@ PROC_NET_TCP6 = """\
 
 
 def test_parse_proc_net_tcp():
-    assert di.parse_proc_net_tcp(PROC_NET_TCP) == [(30000, "0.0.0.0", "51234", 0),
+    assert di_host.parse_proc_net_tcp(PROC_NET_TCP) == [(30000, "0.0.0.0", "51234", 0),
                                                    (30001, "127.0.0.1", "51240", 999)]
-    assert di.parse_proc_net_tcp(PROC_NET_TCP6, ipv6=True) == [(22, "::", "9001", 0), (8080, "127.0.0.1", "9002", 0)]
+    assert di_host.parse_proc_net_tcp(PROC_NET_TCP6, ipv6=True) == [(22, "::", "9001", 0), (8080, "127.0.0.1", "9002", 0)]
 
 
 @pytest.mark.parametrize(("text", "unit"), [
@@ -304,7 +307,7 @@ def test_parse_proc_net_tcp():
     ("0::/\n", None),
 ])
 def test_unit_from_cgroup(text, unit):
-    assert di.unit_from_cgroup(text) == unit
+    assert di_host.unit_from_cgroup(text) == unit
 
 
 def test_read_listeners_maps_sockets_to_units(tmp_path):
@@ -321,7 +324,7 @@ def test_read_listeners_maps_sockets_to_units(tmp_path):
         os.symlink("/dev/null", d / "fd" / "0")
         (d / "comm").write_text(comm + "\n")
         (d / "cgroup").write_text(cg + "\n")
-    got = {(x["port"], x["addr"]): x for x in di.read_listeners(str(proc))}
+    got = {(x["port"], x["addr"]): x for x in di_host.read_listeners(str(proc))}
     assert got[(30000, "0.0.0.0")] | {"user": None} == {"port": 30000, "addr": "0.0.0.0", "pid": 100, "comm": "python3",
                                                         "unit": "ddtree-wrapper.service", "uid": 0, "user": None}
     assert got[(30001, "127.0.0.1")]["unit"] == "dflash-gpu1.service" and got[(30001, "127.0.0.1")]["uid"] == 999
@@ -335,12 +338,12 @@ def test_read_listeners_maps_sockets_to_units(tmp_path):
     ({"block_size": "x"}, (None, "config.json block_size", "config.json block_size is 'x', not a positive integer")),
 ])
 def test_draft_block_size(cfg, want):
-    assert di.draft_block_size(json.dumps(cfg)) == want
+    assert di_host.draft_block_size(json.dumps(cfg)) == want
 
 
 def test_lab_draft_config_block_size():
     text = (ROOT / "lab/models/Qwen3.6-27B-DFlash/config.json").read_text()
-    assert di.draft_block_size(text)[0] == 16
+    assert di_host.draft_block_size(text)[0] == 16
 
 
 def test_gather_host_facts(tmp_path):
@@ -361,7 +364,7 @@ def test_gather_host_facts(tmp_path):
     (sp / "cu13" / "bin" / "nvcc").write_text("")
     runner = {str(sp / "cu13" / "bin" / "nvcc"): "Cuda compilation tools, release 13.0, V13.0.88\n"}
     inst = {"name": "a", "model_path": str(tmp_path / "shm" / "m"), "draft_model_path": str(tmp_path / "shm" / "d")}
-    hf = di.gather_host_facts([inst], str(layer), str(units), str(proc), runner=lambda argv: runner[argv[0]])
+    hf = di_host.gather_host_facts([inst], str(layer), str(units), str(proc), runner=lambda argv: runner[argv[0]])
     assert hf["paths"][inst["model_path"]] == {"exists": True, "isdir": True, "tmpfs": True,
                                                "realpath": inst["model_path"]}
     assert hf["drafts"][inst["draft_model_path"]]["block_size"] == 16
@@ -374,8 +377,8 @@ def test_gather_host_facts(tmp_path):
 def test_argument_specs_mirror_the_schema():
     specs = yaml.safe_load((ROOT / "roles/dflash_instances/meta/argument_specs.yml").read_text())
     opts = specs["argument_specs"]["main"]["options"]["dflash_instances"]["options"]
-    assert set(opts) == di.INSTANCE_KEYS
-    assert set(opts["ddtree"]["options"]) == di.DDTREE_KEYS
+    assert set(opts) == di_fields.INSTANCE_KEYS
+    assert set(opts["ddtree"]["options"]) == di_fields.DDTREE_KEYS
     # the role's own defaults over the shared inputs' (roles/dflash, its meta dependency)
     defaults = yaml.safe_load((ROOT / "roles/dflash/defaults/main.yml").read_text())
     defaults.update(yaml.safe_load((ROOT / "roles/dflash_instances/defaults/main.yml").read_text()))
@@ -404,7 +407,7 @@ def test_filter_plugin_wires_the_pure_functions():
 def test_reasoning_parser_and_smoke_gates_fields():
     inst = good(reasoning_parser="qwen3", smoke_gates={"perf_ratio": 0.9})
     assert validate([inst]) == []
-    args = di.plan_instance(inst, RULES, CT200, PROBE_SEED_CT200, {}, None)["args"]
+    args = di_flags.plan_instance(inst, RULES, CT200, PROBE_SEED_CT200, {}, None)["args"]
     assert args[args.index("--reasoning-parser") + 1] == "qwen3"
     errs = validate([good(reasoning_parser="qwen 3", smoke_gates={"perf_ratio": 2, "bogus": True},
                           extra_args=["--reasoning-parser", "x"])])

@@ -2,9 +2,11 @@
 
 from pathlib import Path
 
-import dflash_instances as di
 import pytest
 import yaml
+from dflash_instances import fields as di_fields
+from dflash_instances import flags as di_flags
+from dflash_instances import rules as di_rules
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = yaml.safe_load((ROOT / "roles/dflash_instances/vars/main.yml").read_text())["__dflash_instances_rules"]
@@ -55,7 +57,7 @@ def inst(**kw):
 
 
 def plan(instance, fp, probe, host_facts=None, **kw):
-    return di.plan_instance(instance, RULES, fp, probe, host_facts or {}, {"path": "/opt/dflash/trees/t"}, **kw)
+    return di_flags.plan_instance(instance, RULES, fp, probe, host_facts or {}, {"path": "/opt/dflash/trees/t"}, **kw)
 
 
 def applied_names(p):
@@ -63,7 +65,7 @@ def applied_names(p):
 
 
 def test_table_is_well_formed():
-    assert di.check_rules_table(RULES) == []
+    assert di_rules.check_rules_table(RULES) == []
     names = [r["name"] for r in RULES]
     assert len(names) == len(set(names))
     for rule in RULES:
@@ -96,7 +98,7 @@ def test_ct200_gets_triton_and_grammar_none_with_reasons():
 def test_ct129_sm86_gets_no_fallback_flags():
     p = plan(inst(gpus=[0], port=30000, model_path="/data/Qwen3.6-27B"), CT129, PROBE_GOOD)
     assert p["applied"] == []
-    flags = di.split_flags(p["args"])
+    flags = di_fields.split_flags(p["args"])
     for f in ("--attention-backend", "--sampling-backend", "--grammar-backend",
               "--speculative-draft-attention-backend"):
         assert f not in flags
@@ -199,17 +201,17 @@ def test_sm90_without_fa3_gets_explicit_backend():
 
 
 def test_sm90_fa3_from_the_sgl_kernel_files(tmp_path):
-    import dflash_instances as d
+    from dflash_instances import host as d_host
     pkg = tmp_path / "site-packages" / "sgl_kernel"
     (pkg / "sm90").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sm90" / "common_ops.abi3.so").write_text("")
-    hf = {"sgl_kernel": d.sgl_kernel_facts(str(pkg / "__init__.py"))}
+    hf = {"sgl_kernel": d_host.sgl_kernel_facts(str(pkg / "__init__.py"))}
     assert hf["sgl_kernel"]["fa3"] is False  # the GPU bundle strips flash_ops.abi3.so
     p = plan(inst(gpus=[0], model_path="/data/m"), H200, PROBE_GOOD, hf)
     assert applied_names(p) == ["sm90-without-fa3"]
     (pkg / "flash_ops.abi3.so").write_text("")
-    hf = {"sgl_kernel": d.sgl_kernel_facts(str(pkg / "__init__.py"))}
+    hf = {"sgl_kernel": d_host.sgl_kernel_facts(str(pkg / "__init__.py"))}
     assert hf["sgl_kernel"]["fa3"] is True
     assert plan(inst(gpus=[0], model_path="/data/m"), H200, PROBE_GOOD, hf)["applied"] == []
 
@@ -231,7 +233,7 @@ def test_ddtree_budget_is_not_a_rule_but_a_validation_error():
     p = plan(inst(algorithm="DDTREE", ddtree={"budget": 31}, model_path="/data/m"), CT129, PROBE_GOOD, hf)
     assert p["applied"] == []
     assert p["args"][p["args"].index("--speculative-ddtree-budget") + 1] == "31"
-    ctx = di.rule_context(inst(algorithm="DDTREE", ddtree={"budget": 31}, model_path="/data/m"), CT129,
+    ctx = di_rules.rule_context(inst(algorithm="DDTREE", ddtree={"budget": 31}, model_path="/data/m"), CT129,
                           PROBE_GOOD, hf)
     assert (ctx["instance.block_size"], ctx["instance.ddtree_verify_tokens"]) == (32, 32)
 
@@ -256,15 +258,15 @@ def test_staged_model_is_information_not_warning():
     ({"not": {"fact": "a.b", "in": [1, 2]}}, {"a.b": 3}, True),
 ])
 def test_condition_language(cond, ctx, want):
-    assert di.eval_condition(cond, ctx)[0] is want
+    assert di_rules.eval_condition(cond, ctx)[0] is want
 
 
 def test_condition_language_rejects_typos():
     with pytest.raises(ValueError, match="unknown fact 'gpu.smm'"):
-        di.eval_condition({"fact": "gpu.smm", "eq": 1}, {"gpu.sm": []})
+        di_rules.eval_condition({"fact": "gpu.smm", "eq": 1}, {"gpu.sm": []})
     with pytest.raises(ValueError, match="exactly one of"):
-        di.eval_condition({"fact": "gpu.sm", "eq": 1, "ne": 2}, {"gpu.sm": []})
-    assert di.check_rules_table([{"name": "x", "reason": "r", "when": {"fact": "nope", "eq": 1}}])
+        di_rules.eval_condition({"fact": "gpu.sm", "eq": 1, "ne": 2}, {"gpu.sm": []})
+    assert di_rules.check_rules_table([{"name": "x", "reason": "r", "when": {"fact": "nope", "eq": 1}}])
 
 
 # --- real parser output: the lab captures and the H200 capture + probe from the GPU machine ---

@@ -1,0 +1,134 @@
+"""The flags fact: each instance's sglang arguments and environment, from its fields and the rules applied.
+
+Pure functions, no Ansible import."""
+
+from __future__ import annotations
+
+try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
+    from ansible.module_utils import dflash_tp as _tp
+except ImportError:
+    import dflash_tp as _tp
+try:  # API keys stay out of the arguments (module_utils/dflash_secrets.py)
+    from ansible.module_utils import dflash_secrets
+except ImportError:
+    import dflash_secrets
+try:
+    from ansible.module_utils.dflash_instances.fields import (
+        effective_instance,
+        pin_args,
+        split_flags,
+    )
+except ImportError:
+    from dflash_instances.fields import (
+        effective_instance,
+        pin_args,
+        split_flags,
+    )
+try:
+    from ansible.module_utils.dflash_instances.rules import (
+        evaluate_rules,
+        rule_context,
+    )
+except ImportError:
+    from dflash_instances.rules import (
+        evaluate_rules,
+        rule_context,
+    )
+
+
+# --------------------------------------------------------------------------- flags fact
+
+def build_args(inst, fallback_args, bind_host="127.0.0.1"):
+    """Exactly what follows `-m sglang.launch_server` (API keys never: the launcher adds them in-process)."""
+    inst = effective_instance(inst)
+    host = inst.get("host") or bind_host
+    args = ["--model-path", str(inst["model_path"]), "--host", str(host), "--port", str(inst["port"]),
+            "--tp-size", str(inst["tp"])]
+    if inst.get("mem_fraction_static") is not None:
+        args += ["--mem-fraction-static", str(inst["mem_fraction_static"])]
+    if inst.get("context_length") is not None:
+        args += ["--context-length", str(inst["context_length"])]
+    algo = inst["algorithm"]
+    if algo in ("DFLASH", "DDTREE"):
+        args += ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(inst["draft_model_path"])]
+    if algo == "DDTREE":
+        dd = inst["ddtree"]
+        args += ["--speculative-ddtree-budget", str(dd["budget"]), "--speculative-ddtree-topk", str(dd["topk"]),
+                 "--speculative-ddtree-mode", str(dd["mode"])]
+    args += _tp.launch_args(inst)  # --enable-metrics, multi-node flags (dflash_tp.py)
+    if inst.get("reasoning_parser"):
+        # reasoning models (Qwen3.6 thinks first): the reply's thinking goes to reasoning_content
+        args += ["--reasoning-parser", str(inst["reasoning_parser"])]
+    args += list(fallback_args)
+    args += [str(a) for a in inst["extra_args"]]
+    args += pin_args(inst["pin_flags"])
+    return args
+
+
+def build_env(inst, host_facts, tree, rule_env):
+    inst = effective_instance(inst)
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA indexes = nvidia-smi indexes
+           "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in inst["gpus"])}
+    libs = ((host_facts or {}).get("overlay") or {}).get("nvidia_lib_dirs") or []
+    if libs:
+        env["LD_LIBRARY_PATH"] = ":".join(libs)
+    if isinstance(tree, dict) and tree.get("path"):
+        env["PYTHONPATH"] = str(tree["path"])
+    env.update(rule_env or {})
+    for k, v in inst["env"].items():
+        if not dflash_secrets.is_secret_env(k):  # credentials go to the env file only (dflash_secrets), never into facts
+            env[str(k)] = str(v)
+    return env
+
+
+def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
+                  bind_host="127.0.0.1"):
+    """One instance's entry of the dflash_flags fact."""
+    inst = effective_instance(inst)
+    ctx = rule_context(inst, fingerprint, probe, host_facts, lab_standin)
+    user_flags = set(split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
+    disabled = set(host_disabled or ()) | set(inst["disabled_rules"])
+    applied, skipped = evaluate_rules(rules, ctx, disabled, user_flags)
+    fallback, rule_env = [], {}
+    for a in applied:
+        fallback += a["flags"]
+        rule_env.update(a.get("env") or {})
+    return {
+        "args": build_args(inst, fallback, bind_host),
+        "env": build_env(inst, host_facts, tree, rule_env),
+        "applied": applied,
+        "skipped": skipped,
+        "removed_cause": [s for s in skipped if s.get("cause_removed")],
+        "unit": f"dflash-{inst['name']}.service",
+        "port": inst["port"],
+        "gpus": list(inst["gpus"]),
+        "algorithm": inst["algorithm"],
+        "model_source": inst.get("model_source"),
+        "model_path": inst.get("model_path"),
+        "secrets": sorted(dflash_secrets.instance_secrets(inst)),
+    }
+
+
+def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
+               bind_host="127.0.0.1"):
+    return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled,
+                                          lab_standin, bind_host)
+            for i in instances or []}
+
+
+def flags_report(flags):
+    """Human lines for the play output: one per instance + one per applied rule."""
+    lines = []
+    for name, f in sorted((flags or {}).items()):
+        lines.append(f"{name}: python -m sglang.launch_server {' '.join(f['args'])}")
+        for a in f["applied"]:
+            if a.get("warn"):
+                lines.append(f"  WARNING rule {a['rule']}: {a['reason']}")
+            else:
+                what = " ".join(a["flags"]) or " ".join(f"{k}={v}" for k, v in (a.get("env") or {}).items())
+                lines.append(f"  rule {a['rule']}: {what or 'note'} -- {a['reason']}")
+            if a.get("prefer"):
+                lines.append(f"    prefer: {a['prefer']}")
+        for s in f.get("removed_cause") or []:
+            lines.append(f"  rule {s['rule']} not needed: {s['reason']}")
+    return lines

@@ -1,0 +1,266 @@
+"""Read-only host facts gathered on the host: listening ports and their owners, model/draft paths, the draft's
+block size, the final layer's CUDA libraries and nvcc, installed dflash-*.service units.
+
+Pure functions, no Ansible import."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+
+try:  # the unit of a process (cgroup, or runner-managed on hosts without systemd): dflash_runner.py
+    from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
+except ImportError:
+    from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
+try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
+    from ansible.module_utils import dflash_tp as _tp
+except ImportError:
+    import dflash_tp as _tp
+try:  # the target's config.json; free space
+    from ansible.module_utils import dflash_diskspace
+    from ansible.module_utils.dflash_model import target_facts
+except ImportError:
+    import dflash_diskspace
+    from dflash_model import target_facts
+try:
+    from ansible.module_utils.dflash_instances.fields import (
+        _is_int,
+        split_flags,
+        version_tuple,
+    )
+except ImportError:
+    from dflash_instances.fields import (
+        _is_int,
+        split_flags,
+        version_tuple,
+    )
+
+
+# --------------------------------------------------------------------------- host facts (read-only)
+
+def parse_proc_net_tcp(text, ipv6=False):
+    """Listening sockets of /proc/net/tcp{,6} -> [(port, addr, inode, uid)]."""
+    out = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10 or parts[3] != "0A":  # 0A = TCP_LISTEN
+            continue
+        addr_hex, port_hex = parts[1].rsplit(":", 1)
+        out.append((int(port_hex, 16), _hex_addr(addr_hex, ipv6), parts[9], int(parts[7])))
+    return out
+
+
+def _hex_addr(h, ipv6):
+    if not ipv6:
+        b = bytes.fromhex(h)[::-1]
+        return ".".join(str(x) for x in b)
+    raw = bytes.fromhex(h)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    if words == b"\x00" * 16:
+        return "::"
+    if words[:12] == b"\x00" * 10 + b"\xff\xff":
+        return ".".join(str(x) for x in words[12:])
+    return ":".join(words[i:i + 2].hex() for i in range(0, 16, 2))
+
+
+def _read(path, default=None):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return default
+
+
+def read_listeners(proc="/proc", run_dir="/run/dflash"):
+    inodes = {}
+    for fname, v6 in (("tcp", False), ("tcp6", True)):
+        text = _read(os.path.join(proc, "net", fname))
+        if text:
+            for port, addr, inode, uid in parse_proc_net_tcp(text, v6):
+                inodes.setdefault(inode, []).append((port, addr, uid))
+    owners = {}
+    if inodes:
+        for pid in os.listdir(proc):
+            if not pid.isdigit():
+                continue
+            fd_dir = os.path.join(proc, pid, "fd")
+            try:
+                fds = os.listdir(fd_dir)
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:
+                    continue
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    owners.setdefault(target[8:-1], int(pid))
+    out, seen = [], set()
+    for inode, socks in inodes.items():
+        pid = owners.get(inode)
+        comm = (_read(os.path.join(proc, str(pid), "comm"), "") or "").strip() if pid else None
+        unit = process_unit(pid, proc=proc, run_dir=run_dir) if pid else None
+        for port, addr, uid in socks:
+            key = (port, addr)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append({"port": port, "addr": addr, "pid": pid, "comm": comm or None, "unit": unit,
+                        "uid": uid, "user": _user_name(uid)})
+    return sorted(out, key=lambda x: (x["port"], x["addr"]))
+
+
+def _user_name(uid):
+    try:
+        import pwd
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return None
+
+
+def tmpfs_mounts(mounts_text):
+    out = []
+    for line in (mounts_text or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "tmpfs":
+            out.append(parts[1])
+    return out
+
+
+def path_facts(path, tmpfs=()):
+    p = os.path.realpath(path)
+    on_tmpfs = any(p == m or p.startswith(m.rstrip("/") + "/") for m in tmpfs if m not in ("/",))
+    return {"exists": os.path.exists(path), "isdir": os.path.isdir(path), "tmpfs": on_tmpfs,
+            "realpath": p}
+
+
+def draft_block_size(config_text):
+    """block_size of a DFlash draft's config.json text -> (size|None, source, error|None)."""
+    try:
+        cfg = json.loads(config_text)
+    except ValueError as exc:
+        return None, None, f"config.json is not JSON: {exc}"
+    if not isinstance(cfg, dict):
+        return None, None, "config.json is not a JSON object"
+    dc = cfg.get("dflash_config")
+    for value, source in (((dc or {}).get("block_size") if isinstance(dc, dict) else None,
+                           "config.json dflash_config.block_size"),
+                          (cfg.get("block_size"), "config.json block_size")):
+        if value is not None:
+            if _is_int(value) and value > 0:
+                return value, source, None
+            return None, source, f"{source} is {value!r}, not a positive integer"
+    return None, None, None
+
+
+def nvcc_version_of(nvcc, runner=None):
+    runner = runner or (
+        lambda argv: subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout)
+    try:
+        out = runner([nvcc, "--version"])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out or "")
+    return m.group(1) if m else None
+
+
+def overlay_cuda(layer_path, runner=None):
+    """CUDA pieces shipped as pip packages in a layer venv: nvidia/*/lib dirs and an nvcc."""
+    if not layer_path:
+        return {}
+    sps = sorted(glob.glob(os.path.join(layer_path, "lib", "python3*", "site-packages")))
+    libs, nvccs = [], []
+    for sp in sps:
+        libs += sorted(d for d in glob.glob(os.path.join(sp, "nvidia", "*", "lib")) if os.path.isdir(d))
+        nvccs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "bin", "nvcc")))
+    best = {}
+    for nvcc in nvccs:
+        v = nvcc_version_of(nvcc, runner)
+        if v and (not best or version_tuple(v) > version_tuple(best["version"])):
+            best = {"path": nvcc, "home": os.path.dirname(os.path.dirname(nvcc)), "version": v}
+    return {"site_packages": sps, "nvidia_lib_dirs": libs, "nvcc": best or None}
+
+
+def sgl_kernel_facts(sgl_kernel_file):
+    """Whether the sgl_kernel the probe imported ships FA3 (flash_ops*.so): sglang's Hopper default."""
+    if not sgl_kernel_file:
+        return {}
+    pkg = os.path.dirname(sgl_kernel_file)
+    if not os.path.isdir(pkg):
+        return {}
+    found = sorted(glob.glob(os.path.join(pkg, "flash_ops*.so")) + glob.glob(os.path.join(pkg, "*", "flash_ops*.so")))
+    return {"dir": pkg, "fa3": bool(found), "fa3_files": found}
+
+
+def current_instances(prefix):
+    """{id, instances: {name: {port, gpus, unit}}} of the release <prefix>/current points at ({} if none)."""
+    if not prefix:
+        return {}
+    text = _read(os.path.join(prefix, "current", "manifest.json"))
+    try:
+        m = json.loads(text) if text else {}
+    except ValueError:
+        return {"error": f"{prefix}/current/manifest.json is not JSON"}
+    out = {}
+    for name, entry in (m.get("instances") or {}).items():
+        port = split_flags(entry.get("args") or []).get("--port")
+        gpus = str((entry.get("env") or {}).get("CUDA_VISIBLE_DEVICES") or "")
+        out[name] = {"port": int(port) if port and port.isdigit() else None, "unit": entry.get("unit"),
+                     "gpus": [int(g) for g in gpus.split(",") if g.strip().isdigit()]}
+    return {"id": m.get("id"), "instances": out}
+
+
+def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None,
+                      sgl_kernel_file=None, prefix=None, space_paths=()):
+    paths, drafts, targets = {}, {}, {}
+    tmpfs = tmpfs_mounts(_read(os.path.join(proc, "mounts"), ""))
+    for inst in instances or []:
+        if not isinstance(inst, dict):
+            continue
+        for key in ("model_path", "draft_model_path", "model_source"):
+            p = inst.get(key)
+            if isinstance(p, str) and p.startswith("/") and p not in paths:
+                paths[p] = path_facts(p, tmpfs)
+        d = inst.get("draft_model_path")
+        if isinstance(d, str) and d.startswith("/") and d not in drafts:
+            text = _read(os.path.join(d, "config.json"))
+            if text is None:
+                drafts[d] = {"block_size": None, "block_size_source": None,
+                             "error": None if not os.path.isdir(d) else "no config.json in the draft directory"}
+            else:
+                size, source, error = draft_block_size(text)
+                drafts[d] = {"block_size": size, "block_size_source": source, "error": error}
+        for key in ("model_path", "model_source"):  # a staged model may not be in place yet
+            t = inst.get(key)
+            if isinstance(t, str) and t.startswith("/") and t not in targets:
+                text = _read(os.path.join(t, "config.json"))
+                if text is not None:
+                    targets[t] = target_facts(text)
+    units = sorted(os.path.basename(p) for p in glob.glob(os.path.join(unit_dir, "dflash-*.service")))
+    return {
+        "listeners": read_listeners(proc),
+        "paths": paths,
+        "drafts": drafts,
+        "targets": targets,
+        "units": units,
+        "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
+        "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
+        "models": _tp.model_facts(instances),  # attention heads for the tp checks (dflash_tp.py)
+        "current": current_instances(prefix),
+        "disk": [dflash_diskspace.free_space(p) for p in space_paths or ()],
+    }
+
+
+def unit_files(instances, staged_dir, unit_dir):
+    """[{instance, src, dest}]: the rendered unit files (in ``staged_dir``) the release stage's activation
+    puts live in ``unit_dir``; the staging unit first."""
+    out = []
+    for inst in instances or []:
+        name = str(inst["name"])
+        units = ([f"dflash-stage-{name}.service"] if inst.get("model_source") else []) + [f"dflash-{name}.service"]
+        out += [{"instance": name, "src": os.path.join(staged_dir, u), "dest": os.path.join(unit_dir, u)}
+                for u in units]
+    return out

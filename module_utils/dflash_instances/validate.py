@@ -1,0 +1,344 @@
+"""Controller-side validation of the instances: every error at once, naming host, instance and field.
+
+Pure functions, no Ansible import."""
+
+from __future__ import annotations
+
+try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
+    from ansible.module_utils import dflash_tp as _tp
+except ImportError:
+    import dflash_tp as _tp
+try:  # the instance's smoke_gates field (module_utils/dflash_gates_config.py)
+    from ansible.module_utils.dflash_gates_config import gate_errors
+except ImportError:
+    from dflash_gates_config import gate_errors
+try:  # the target's config.json: hybrid (linear-attention) targets
+    from ansible.module_utils.dflash_model import hybrid_instance_errors
+except ImportError:
+    from dflash_model import hybrid_instance_errors
+try:  # flags against the parser, env, secrets, bind address, resolved paths
+    from ansible.module_utils import dflash_checks
+except ImportError:
+    import dflash_checks
+try:
+    from ansible.module_utils.dflash_instances.fields import (
+        ALGORITHMS,
+        DDTREE_KEYS,
+        DDTREE_MODES,
+        HOME_PREFIXES,
+        INSTANCE_KEYS,
+        MANAGED_ENV,
+        MANAGED_FLAGS,
+        NAME_RE,
+        PORT_MAX,
+        PORT_MIN,
+        REASONING_PARSER_RE,
+        TMPFS_PREFIXES,
+        _err,
+        _is_int,
+        _label,
+        _target_facts_of,
+        block_size_for,
+        effective_instance,
+    )
+except ImportError:
+    from dflash_instances.fields import (
+        ALGORITHMS,
+        DDTREE_KEYS,
+        DDTREE_MODES,
+        HOME_PREFIXES,
+        INSTANCE_KEYS,
+        MANAGED_ENV,
+        MANAGED_FLAGS,
+        NAME_RE,
+        PORT_MAX,
+        PORT_MIN,
+        REASONING_PARSER_RE,
+        TMPFS_PREFIXES,
+        _err,
+        _is_int,
+        _label,
+        _target_facts_of,
+        block_size_for,
+        effective_instance,
+    )
+
+
+# --------------------------------------------------------------------------- validation
+
+def is_ours(listener, service_user="sglang"):
+    """A listening socket held by one of our dflash-* units.
+
+    The socket's process is mapped to its unit through /proc/<pid>/cgroup; when that process
+    cannot be read (e.g. root without CAP_SYS_PTRACE in a container), a socket owned by the
+    dedicated service user counts as ours: nothing else runs as that user.
+    """
+    unit = listener.get("unit")
+    if unit:
+        return str(unit).startswith("dflash-")
+    return bool(service_user) and listener.get("user") == service_user
+
+
+def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), host_disabled_rules=(),
+                       protect_home=True, gpu_checker=None, service_user="sglang", server_flags=None,
+                       sglang_version="0.5.11", prefix=None, removed=()):
+    """All placement errors for one host, each naming host, instance and field. [] = valid.
+
+    host_facts: what library/dflash_instances_facts.py gathered on the host:
+      {listeners: [{port, addr, pid, comm, unit}], paths: {path: {exists, isdir, realpath, ...}},
+       drafts: {path: {block_size, block_size_source, error}}, current: {id, instances: {name: {port, gpus}}}}
+    gpu_checker: check_requested_gpus(fingerprint, requests) from dflash_fingerprint.
+    server_flags: {flag: (dest, kind)} of the pinned sglang (dflash_server_flags), None = not checked.
+    removed: instances the user asked to remove (their ports and GPUs are free after the activation).
+    """
+    errors = []
+    host_facts = host_facts or {}
+    paths = host_facts.get("paths") or {}
+    drafts = host_facts.get("drafts") or {}
+    rule_names = set(rule_names or ())
+    if instances is None:
+        return errors
+    if not isinstance(instances, list):
+        return [f"{host}: field 'dflash_instances': must be a list of instances, got {type(instances).__name__}"]
+
+    for rule in host_disabled_rules or ():
+        if rule_names and rule not in rule_names:
+            errors.append(f"{host}: field 'dflash_instances_disabled_rules': unknown rule '{rule}' "
+                          f"(known: {', '.join(sorted(rule_names))})")
+
+    names, ports, gpu_owner = {}, {}, {}
+    for idx, raw in enumerate(instances):
+        if not isinstance(raw, dict):
+            errors.append(f"{host}: instance #{idx + 1}: must be a mapping, got {type(raw).__name__}")
+            continue
+        e = []
+
+        def add(field, msg, _raw=raw, _idx=idx, _e=e):
+            _e.append(_err(host, _raw, _idx, field, msg))
+
+        unknown = sorted(set(raw) - INSTANCE_KEYS)
+        for key in unknown:
+            add(key, f"unknown field (known: {', '.join(sorted(INSTANCE_KEYS))})")
+        inst = effective_instance(raw)
+
+        # name
+        name = raw.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            add("name", f"{name!r} is not a valid instance name: lower-case letters, digits, '-' and '_', "
+                        "starting with a letter or digit, at most 48 characters (it becomes the unit "
+                        "name dflash-<name>.service)")
+        elif name.startswith("stage-"):
+            add("name", f"'{name}' must not start with 'stage-' (dflash-stage-*.service are the "
+                        "model staging units)")
+        elif name == "guard":
+            add("name", "'guard' is taken: dflash-guard.service is the toolkit's boot guard")
+        elif name in names:
+            add("name", f"duplicate name '{name}' (also instance #{names[name] + 1})")
+        else:
+            names[name] = idx
+
+        # gpus
+        gpus = raw.get("gpus")
+        gpus_ok = isinstance(gpus, list) and gpus and all(_is_int(g) and g >= 0 for g in gpus)
+        if not gpus_ok:
+            add("gpus", f"must be a non-empty list of GPU indexes (integers >= 0), got {gpus!r}")
+        elif len(set(gpus)) != len(gpus):
+            add("gpus", f"lists a GPU twice: {gpus}")
+            gpus_ok = False
+
+        # tp
+        tp = inst.get("tp")
+        if not _is_int(tp) or tp < 1:
+            add("tp", f"must be a positive integer, got {tp!r}")
+        elif gpus_ok and tp != len(gpus) * _tp.nnodes_of(raw):
+            add("tp", f"tp {tp} does not match the {len(gpus)} GPU(s) {gpus}"
+                      f"{f' x nnodes {_tp.nnodes_of(raw)}' if _tp.nnodes_of(raw) > 1 else ''}: tensor parallelism "
+                      "uses exactly one GPU per rank (set tp to len(gpus) x nnodes or leave it unset)")
+
+        # port
+        port = raw.get("port")
+        if not _is_int(port):
+            add("port", f"must be an integer, got {port!r}")
+        elif not PORT_MIN <= port <= PORT_MAX:
+            add("port", f"{port} is out of range {PORT_MIN}..{PORT_MAX} (the server runs as a "
+                        "non-root user without CAP_NET_BIND_SERVICE)")
+        else:
+            if port in ports:
+                add("port", f"port {port} is also used by {_label(instances[ports[port]], ports[port])}")
+            else:
+                ports[port] = idx
+            for lis in host_facts.get("listeners") or []:
+                if lis.get("port") == port and not is_ours(lis, service_user):
+                    who = ", ".join(x for x in (
+                        f"pid {lis['pid']}" if lis.get("pid") else "",
+                        str(lis.get("comm") or ""),
+                        f"unit {lis['unit']}" if lis.get("unit") else "",
+                        f"user {lis['user']}" if lis.get("user") and not lis.get("unit") else "") if x)
+                    add("port", f"port {port} is already listening on the host ({lis.get('addr')}:{port}"
+                                f"{', ' + who if who else ''}) and it is not one of our dflash-* units")
+                    break
+
+        # algorithm + draft
+        algo = inst["algorithm"]
+        if algo not in ALGORITHMS:
+            add("algorithm", f"{raw.get('algorithm')!r} is not one of {', '.join(ALGORITHMS)}")
+        draft = raw.get("draft_model_path")
+        if algo in ("DFLASH", "DDTREE") and not draft:
+            add("draft_model_path", f"{algo} needs a draft model (draft_model_path is empty)")
+
+        # paths
+        model = raw.get("model_path")
+        for field, path in (("model_path", model), ("draft_model_path", draft if algo != "NONE" else None),
+                            ("model_source", raw.get("model_source"))):
+            if field == "model_path" and not path:
+                add(field, "is required")
+                continue
+            if not path:
+                continue
+            if not isinstance(path, str) or not path.startswith("/"):
+                add(field, f"must be an absolute path, got {path!r}")
+                continue
+            if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in path):
+                add(field, f"{path!r} contains whitespace or a control character, which cannot be passed "
+                           "through $DFLASH_ARGS")
+                continue
+            problem = dflash_checks.resolved_path_problem(field, path, (paths.get(path) or {}).get("realpath"), protect_home,
+                                            HOME_PREFIXES, prefix,
+                                            staged=field == "model_path" and bool(raw.get("model_source")),
+                                            tmpfs_prefixes=TMPFS_PREFIXES)
+            if problem:
+                if problem.startswith("model_source: "):
+                    add("model_source", problem[len("model_source: "):])
+                else:
+                    add(field, problem)
+                continue
+            if field == "model_path" and raw.get("model_source"):
+                continue  # staged by dflash-stage-<name>.service: may be absent now (e.g. after a reboot)
+            pf = paths.get(path)
+            if pf is None:
+                add(field, f"{path} was not checked on the host (internal error: path facts missing)")
+            elif not pf.get("exists"):
+                add(field, f"{path} does not exist on the host")
+            elif not pf.get("isdir"):
+                add(field, f"{path} is not a directory")
+
+        # ddtree
+        dd = inst["ddtree"]
+        if isinstance(raw.get("ddtree"), dict):
+            for key in sorted(set(raw["ddtree"]) - DDTREE_KEYS):
+                add(f"ddtree.{key}", f"unknown field (known: {', '.join(sorted(DDTREE_KEYS))})")
+        elif raw.get("ddtree") is not None:
+            add("ddtree", f"must be a mapping, got {raw.get('ddtree')!r}")
+        budget, topk, mode = dd.get("budget"), dd.get("topk"), dd.get("mode")
+        if not _is_int(budget) or budget < 1:
+            add("ddtree.budget", f"must be a positive integer, got {budget!r}")
+        if not _is_int(topk) or topk < 1:
+            add("ddtree.topk", f"must be a positive integer, got {topk!r}")
+        if mode not in DDTREE_MODES:
+            add("ddtree.mode", f"{mode!r} is not one of {', '.join(DDTREE_MODES)}")
+        draft_seen = (paths.get(draft) or {}).get("exists", True) if isinstance(draft, str) else False
+        if algo == "DDTREE" and draft and draft_seen:
+            size, source = block_size_for(inst, drafts.get(draft))
+            # the patched server's rule (0002/0102): one step verifies the root + budget nodes, and
+            # that verify block must fit the draft's block, as DFlash's linear verify does
+            if _is_int(budget) and budget >= 1 and budget + 1 > size:
+                add("ddtree.budget", f"budget {budget} + 1 (the root) = {budget + 1} verify tokens exceeds the "
+                                     f"draft's block size {size} (from {source}); use budget <= {size - 1}, "
+                                     f"or a DFlash draft trained with a block_size of at least {budget + 1}")
+            derr = (drafts.get(draft) or {}).get("error")
+            if derr:
+                add("draft_model_path", f"cannot read the draft's config.json: {derr}")
+        # hybrid targets (the target's config.json, dflash_model.py): refuse only what cannot work
+        tfacts = _target_facts_of(inst, host_facts)
+        if tfacts.get("error"):
+            add("model_path", f"cannot read the target's config.json: {tfacts['error']}")
+        for field, msg in hybrid_instance_errors(inst, tfacts):
+            add(field, msg)
+
+        # numbers
+        mfs = raw.get("mem_fraction_static")
+        if mfs is not None and (isinstance(mfs, bool) or not isinstance(mfs, (int, float)) or not 0 < mfs < 1):
+            add("mem_fraction_static", f"must be a number between 0 and 1 (exclusive), got {mfs!r}")
+        ctx = raw.get("context_length")
+        if ctx is not None and (not _is_int(ctx) or ctx < 1):
+            add("context_length", f"must be a positive integer, got {ctx!r}")
+        if not isinstance(raw.get("allow_busy_gpus", False), bool):
+            add("allow_busy_gpus", f"must be true or false, got {raw.get('allow_busy_gpus')!r}")
+
+        # args / pins / env
+        extra = raw.get("extra_args") or []
+        if not isinstance(extra, list):
+            add("extra_args", f"must be a list of strings, got {extra!r}")
+            extra = []
+        for i, arg in enumerate(extra):
+            if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
+                add(f"extra_args[{i}]", f"must be a string, got {arg!r}")
+            elif str(arg) == "" or any(c.isspace() for c in str(arg)):
+                add(f"extra_args[{i}]", f"{str(arg)!r} is empty or contains whitespace: give each argument as "
+                                        "its own list item (the unit passes them through $DFLASH_ARGS)")
+        pins = raw.get("pin_flags") or {}
+        if not isinstance(pins, dict):
+            add("pin_flags", f"must be a mapping {{flag: value}}, got {pins!r}")
+            pins = {}
+        for flag, value in pins.items():
+            if not isinstance(flag, str) or not flag.startswith("--") or any(c.isspace() for c in flag):
+                add("pin_flags", f"{flag!r} is not a flag (it must start with '--' and have no whitespace)")
+            elif value is not None and not isinstance(value, bool) and any(c.isspace() for c in str(value)):
+                add(f"pin_flags.{flag}", f"value {str(value)!r} contains whitespace")
+        dflash_checks.check_flags({"extra_args": [a for a in extra if isinstance(a, (str, int, float))],
+                     "pin_flags": {k: v for k, v in pins.items() if isinstance(k, str) and k.startswith("--")}},
+                    add, server_flags, sglang_version, MANAGED_FLAGS)
+        env = raw.get("env") or {}
+        if not isinstance(env, dict):
+            add("env", f"must be a mapping of variable names to strings, got a {type(env).__name__}")
+            env = {}
+        dflash_checks.check_env(env, add, MANAGED_ENV)
+        dflash_checks.check_secrets(raw, add)
+        if raw.get("host") is not None and dflash_checks.host_error(raw.get("host")):
+            add("host", dflash_checks.host_error(raw.get("host")))
+        dflash_checks.current_conflicts(name, port if _is_int(port) else None, gpus if gpus_ok else [],
+                          inst["allow_busy_gpus"], host_facts.get("current"),
+                          {i.get("name") for i in instances if isinstance(i, dict)}, set(removed or ()), add)
+        disabled = raw.get("disabled_rules") or []
+        if not isinstance(disabled, list):
+            add("disabled_rules", f"must be a list of rule names, got {disabled!r}")
+            disabled = []
+        for rule in disabled:
+            if rule_names and rule not in rule_names:
+                add("disabled_rules", f"unknown rule '{rule}' (known: {', '.join(sorted(rule_names))})")
+
+        # reasoning models and the smoke gates
+        rp = raw.get("reasoning_parser")
+        if rp is not None and not (isinstance(rp, str) and REASONING_PARSER_RE.match(rp)):
+            add("reasoning_parser", f"must be a parser name of sglang's --reasoning-parser (e.g. qwen3), got {rp!r}")
+        for field, msg in gate_errors(raw.get("smoke_gates")):
+            add(field, msg)
+
+        # GPUs: shared between instances, then present / healthy / free via the fingerprint
+        if gpus_ok:
+            for g in gpus:
+                if g in gpu_owner:
+                    add("gpus", f"GPU {g} is also used by {_label(instances[gpu_owner[g]], gpu_owner[g])}")
+                else:
+                    gpu_owner[g] = idx
+            if gpu_checker is not None and fingerprint is not None:
+                label = name if isinstance(name, str) and name else f"#{idx + 1}"
+                for msg in gpu_checker(fingerprint, [{"instance": label, "gpus": list(gpus),
+                                                      "allow_busy": inst["allow_busy_gpus"],
+                                                      "unit": f"dflash-{label}.service"}]):
+                    # the inventory field is allow_busy_gpus
+                    add("gpus", msg.replace("allow_busy: true", "allow_busy_gpus: true"))
+        for field, msg in _tp.validate_instance(raw, inst, fingerprint, host_facts, instances):  # dflash_tp.py
+            add(field, msg)
+        errors.extend(e)
+    return errors
+
+
+
+def default_gpu_checker():
+    """check_requested_gpus from the fingerprint stage (module_utils/dflash_fingerprint/)."""
+    try:
+        from dflash_fingerprint.gate import check_requested_gpus
+    except ImportError:  # pragma: no cover - inside an AnsiballZ payload
+        from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
+    return check_requested_gpus
