@@ -13,8 +13,9 @@ description:
   - C(activate) points C(<prefix>/current) at a release (atomic); C(deactivate) removes it.
   - C(mark) records the smoke verdict (C(status.json)); C(list) lists releases oldest first
     (order from the manifests); C(rollback_plan) says which release a rollback goes to and what
-    changes; C(rollback) does both and switches current to the target; C(prune) keeps the newest O(keep) (and current and O(protect)) and removes unused
-    patched trees and, with O(prune_layers), unused layers.
+    changes; C(rollback) does both and switches current to the target; C(prune) keeps the newest O(keep)
+    (and current and O(protect)) releases and returns what the kept ones use; the tree and layers stages
+    prune their own directories from that (roles/dflash_tree, roles/dflash_layers: tasks_from prune).
   - Logic lives in C(module_utils/dflash_release/).
 options:
   action:
@@ -34,7 +35,6 @@ options:
   detail: {description: Detail for mark., type: dict}
   keep: {description: Releases to keep for prune., type: int, default: 5}
   protect: {description: Release ids prune must keep., type: list, elements: str}
-  prune_layers: {description: Also remove layers no kept release refers to., type: bool, default: true}
   rollback_to: {description: Release id for rollback_plan (default the previous healthy one)., type: str}
   host: {description: Host name used in messages., type: str, default: ''}
   secrets:
@@ -62,9 +62,6 @@ changed_instances: {description: Instances whose venv, tree or env file differ f
 releases: {description: Releases oldest first., type: list, returned: list}
 """
 
-import glob
-import os
-import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_diskspace import os_error_message
@@ -79,12 +76,6 @@ from ansible.module_utils.dflash_release.ops import (
     prune,
     rollback,
 )
-from ansible.module_utils.dflash_release.store import load_releases
-
-try:
-    from ansible.module_utils.dflash_layers import prune_candidates
-except ImportError:  # the layers stage is not there yet
-    prune_candidates = None
 
 
 def main():
@@ -105,7 +96,6 @@ def main():
             "detail": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
             "protect": {"type": "list", "elements": "str", "default": []},
-            "prune_layers": {"type": "bool", "default": True},
             "rollback_to": {"type": "str"},
             "host": {"type": "str", "default": ""},
             "secrets": {"type": "dict", "no_log": True},
@@ -139,17 +129,6 @@ def main():
             module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"]))
         if p["action"] == "prune":
             res = prune(prefix, p["keep"], p["protect"], check_mode=check)
-            res["removed_layers"] = []
-            if p["prune_layers"] and prune_candidates is not None and res["kept"]:
-                # the layers stage's rule: a layer no kept release refers to may go
-                manifests, _ = load_releases(prefix)
-                kept = [m for m in manifests if m["id"] in res["kept"]]
-                layer_dirs = [d for d in glob.glob(os.path.join(prefix, "layers", "*")) if os.path.isdir(d)]
-                res["removed_layers"] = prune_candidates(layer_dirs, kept, 0, protect=res["referenced_layers"])
-                if not check:
-                    for d in res["removed_layers"]:
-                        shutil.rmtree(d)
-            res["changed"] = res["changed"] or bool(res["removed_layers"])
             module.exit_json(**res)
     except ReleaseError as exc:
         module.fail_json(msg=f"{where}{exc}")

@@ -16,8 +16,10 @@ description:
   - C(status) (run on the host) says whether C(<trees_dir>/<name>) matches its manifest. Read-only.
   - C(build) (run on the host) makes C(<trees_dir>/<name>) hold exactly the plan, building it in a
     temporary sibling and renaming it into place; a tree that already matches is left alone.
+  - C(prune) (run on the host) removes the trees under O(trees_dir) that none of O(manifests) (the kept
+    releases', given by the release stage) nor O(protect) uses; builds in progress are never touched.
 options:
-  action: {type: str, required: true, choices: [plan, pack, status, build]}
+  action: {type: str, required: true, choices: [plan, pack, status, build, prune]}
   wheel: {type: path, description: The sglang wheel (plan, build).}
   wheel_sha256: {type: str, description: Its pinned sha256 (plan, build).}
   patches_dir: {type: path, description: Directory with C(series) and the patches (plan).}
@@ -34,6 +36,8 @@ options:
   trees_dir: {type: path, description: "Parent of the trees on the host (status, build; plan and pack: for the predicted fact)."}
   name: {type: str, description: Tree directory name from plan/pack (status, build).}
   hash: {type: str, description: Tree hash from plan/pack (status, build).}
+  manifests: {type: list, elements: dict, default: [], description: "prune: the kept releases' manifests (tree_path)."}
+  protect: {type: list, elements: str, default: [], description: "prune: tree paths always kept (this run's tree)."}
 """
 
 RETURN = r"""
@@ -43,6 +47,7 @@ valid: {description: Tree present and matching its manifest, returned: status, t
 reason: {description: Why the tree was (re)built or left alone, returned: status/build, type: str}
 plan: {description: Tree name, hash, wheel, patches and per-file sha256, returned: plan, type: dict}
 patches: {description: "[{name, sha256, content}] for build", returned: plan, type: list}
+removed: {description: Tree directories removed, returned: prune, type: list}
 """
 
 import os
@@ -57,6 +62,7 @@ from ansible.module_utils.dflash_tree.disk import (
     read_manifest,
     verify_tree,
 )
+from ansible.module_utils.dflash_tree.prune import prune_trees
 from ansible.module_utils.dflash_tree.series import read_series_dir
 from ansible.module_utils.dflash_tree.source import pack_src, plan_src_archive
 from ansible.module_utils.dflash_tree.wheel import plan_wheel
@@ -73,7 +79,7 @@ def _patches_from_args(items):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "required": True, "choices": ["plan", "pack", "status", "build"]},
+            "action": {"type": "str", "required": True, "choices": ["plan", "pack", "status", "build", "prune"]},
             "wheel": {"type": "path"},
             "wheel_sha256": {"type": "str"},
             "patches_dir": {"type": "path"},
@@ -87,12 +93,15 @@ def main():
             "trees_dir": {"type": "path"},
             "name": {"type": "str"},
             "hash": {"type": "str"},
+            "manifests": {"type": "list", "elements": "dict", "default": []},
+            "protect": {"type": "list", "elements": "str", "default": []},
         },
         required_if=[
             ("action", "plan", ("wheel", "wheel_sha256", "patches_dir")),
             ("action", "pack", ("src", "out_dir")),
             ("action", "status", ("trees_dir", "name", "hash")),
             ("action", "build", ("trees_dir", "name", "hash")),
+            ("action", "prune", ("trees_dir",)),
         ],
         supports_check_mode=True,
     )
@@ -128,6 +137,10 @@ def main():
                 plan={"name": m["name"], "hash": m["hash"], "sglang_version": m["sglang_version"]},
                 tree=tree,
             )
+
+        if action == "prune":
+            removed = prune_trees(p["trees_dir"], p["manifests"], p["protect"], check_mode=module.check_mode)
+            module.exit_json(changed=bool(removed), removed=removed)
 
         tree_dir = os.path.join(p["trees_dir"], p["name"])
         if action == "status":

@@ -36,7 +36,6 @@ from .order import (
     plan_prune,
     referenced_paths,
     rollback_target,
-    unreferenced_dirs,
 )
 from .store import (
     iso,
@@ -305,8 +304,9 @@ def rollback(prefix: str, rollback_to: str | None = None, check_mode=False) -> d
 
 
 def prune(prefix: str, keep: int, protect=(), check_mode=False) -> dict:
-    """Delete releases beyond the newest ``keep`` (never current nor ``protect``), then report
-    which layer / tree paths the kept releases still use and which tree dirs are unused."""
+    """Delete releases beyond the newest ``keep`` (never current nor ``protect``). The trees and layers
+    belong to their stages: this only says what the kept releases use (``kept_manifests``, for the tree
+    and layers stages' own prune, and the referenced paths, for the record)."""
     manifests, problems = load_releases(prefix)
     cur = current_id(prefix)
     keep_ids, remove_ids = plan_prune(manifests, keep, tuple(protect) + (cur,))
@@ -315,28 +315,14 @@ def prune(prefix: str, keep: int, protect=(), check_mode=False) -> dict:
             shutil.rmtree(os.path.join(releases_dir(prefix), rid))
     kept = [m for m in manifests if m["id"] in keep_ids]
     refs = referenced_paths(kept)
-    trees_root = os.path.join(prefix, "trees")
-    existing_trees = (
-        [os.path.join(trees_root, n) for n in os.listdir(trees_root) if os.path.isdir(os.path.join(trees_root, n))]
-        if os.path.isdir(trees_root)
-        else []
-    )
-    # a tree path may name a site-packages dir inside <prefix>/trees/<name>/: keep its top dir
-    ref_tree_tops = set()
-    for t in refs["trees"]:
-        rel = os.path.relpath(os.path.normpath(t), trees_root)
-        if not rel.startswith(".."):
-            ref_tree_tops.add(os.path.join(trees_root, rel.split(os.sep)[0]))
-    unused_trees = unreferenced_dirs(existing_trees, sorted(ref_tree_tops))
-    if not check_mode:
-        for t in unused_trees:
-            shutil.rmtree(t)
     return {
-        "changed": bool(remove_ids or unused_trees),
+        "changed": bool(remove_ids),
         "kept": keep_ids,
         "removed": remove_ids,
+        "kept_manifests": [
+            {k: m[k] for k in ("id", "sequence", "created", "layers", "venv", "tree_path") if k in m} for m in kept
+        ],
         "referenced_layers": refs["layers"],
         "referenced_trees": refs["trees"],
-        "removed_trees": unused_trees,
         "problems": problems,
     }

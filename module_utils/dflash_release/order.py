@@ -3,8 +3,6 @@ keep-N, pruning plans, the rollback target."""
 
 from __future__ import annotations
 
-import os
-
 from .manifest import ReleaseError
 
 
@@ -61,17 +59,6 @@ def referenced_paths(manifests) -> dict:
         if m.get("tree_path"):
             trees.add(m["tree_path"])
     return {"layers": sorted(layers), "trees": sorted(trees)}
-
-
-def unreferenced_dirs(existing: list, referenced: list) -> list:
-    """Entries of ``existing`` (absolute paths of dirs) that no kept release refers to; names
-    starting with a dot (builds in progress) are never candidates."""
-    ref = {os.path.normpath(p) for p in referenced}
-    return sorted(
-        p
-        for p in existing
-        if not os.path.basename(p).startswith(".") and os.path.normpath(p) not in ref
-    )
 
 
 def rollback_target(manifests, statuses: dict, current_id: str | None, rollback_to: str | None = None):

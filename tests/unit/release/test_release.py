@@ -205,12 +205,12 @@ def test_keep_n_protects_current_and_previous():
         dflash_release.order.plan_prune(ms, 0)
 
 
-def test_prune_removes_old_releases_and_unreferenced_trees_only(tmp_path):
+def test_prune_removes_old_releases_only_and_hands_the_kept_manifests_to_the_stages(tmp_path):
     prefix = str(tmp_path / "opt")
     trees = tmp_path / "opt/trees"
     ids = []
     for i in range(4):
-        t = trees / f"tree{i}"
+        t = trees / f"sglang-0.5.11-{i:012x}"
         (t / "site-packages").mkdir(parents=True)
         res = prep(
             tmp_path,
@@ -223,9 +223,15 @@ def test_prune_removes_old_releases_and_unreferenced_trees_only(tmp_path):
     out = dflash_release.ops.prune(prefix, keep=2)
     assert out["removed"] == [ids[1]]
     assert sorted(os.listdir(tmp_path / "opt/releases")) == sorted([ids[0], ids[2], ids[3]])
-    assert [os.path.basename(p) for p in out["removed_trees"]] == ["tree1"]
-    assert sorted(os.listdir(trees)) == [".tmp-building", "tree0", "tree2", "tree3"]
+    # the trees are the tree stage's: release leaves them all and says what the kept releases use
+    assert len(os.listdir(trees)) == 5 and "removed_trees" not in out
+    assert sorted(m["id"] for m in out["kept_manifests"]) == sorted([ids[0], ids[2], ids[3]])
+    assert all(m["tree_path"].endswith("/site-packages") and m["layers"] for m in out["kept_manifests"])
     assert str(tmp_path / "layers/sglang-aaaa") in out["referenced_layers"]
+    import dflash_tree.prune
+    removed = dflash_tree.prune.prune_trees(str(trees), out["kept_manifests"])
+    assert [os.path.basename(p) for p in removed] == ["sglang-0.5.11-000000000001"]
+    assert sorted(os.listdir(trees)) == [".tmp-building"] + [f"sglang-0.5.11-{i:012x}" for i in (0, 2, 3)]
 
 
 def test_rollback_target_skips_failed_and_honours_rollback_to(tmp_path):
