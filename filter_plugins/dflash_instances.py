@@ -93,11 +93,10 @@ def dflash_instances_warnings(instances, host, host_facts, bind_host="127.0.0.1"
 
 
 def dflash_instances_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled_rules=(),
-                           lab_standin=False, bind_host="0.0.0.0"):
+                           bind_host="0.0.0.0"):
     """The dflash_flags fact: {instance: {args, env, applied, skipped, removed_cause, ...}}."""
     return _di_flags.plan_flags(_plain(instances), _plain(rules), _plain(fingerprint), _plain(probe),
-                          _plain(host_facts), _plain(tree), _plain(host_disabled_rules) or [],
-                          bool(lab_standin), str(bind_host))
+                          _plain(host_facts), _plain(tree), _plain(host_disabled_rules) or [], str(bind_host))
 
 
 def dflash_instances_report(flags):

@@ -474,6 +474,8 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
         status, info = http("GET", base_url + "/get_server_info", None, timeout)
         info = info if status == 200 and isinstance(info, dict) else {}
         rec["lab_standin"] = bool(info.get("lab_standin"))
+        # what the play shows beside the verdict when the server is not sglang (the lab stand-in says so)
+        rec["server_note"] = "LAB STAND-IN, not sglang" if rec["lab_standin"] else ""
         rec["version"] = info.get("version")
 
         skip_tok = has_flag(args, "--skip-tokenizer-init")

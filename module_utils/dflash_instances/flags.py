@@ -81,11 +81,10 @@ def build_env(inst, host_facts, tree, rule_env):
     return env
 
 
-def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
-                  bind_host="127.0.0.1"):
+def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), bind_host="127.0.0.1"):
     """One instance's entry of the dflash_flags fact."""
     inst = effective_instance(inst)
-    ctx = rule_context(inst, fingerprint, probe, host_facts, lab_standin)
+    ctx = rule_context(inst, fingerprint, probe, host_facts)
     user_flags = set(split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
     disabled = set(host_disabled or ()) | set(inst["disabled_rules"])
     applied, skipped = evaluate_rules(rules, ctx, disabled, user_flags)
@@ -109,10 +108,8 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
     }
 
 
-def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), lab_standin=False,
-               bind_host="127.0.0.1"):
-    return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled,
-                                          lab_standin, bind_host)
+def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), bind_host="127.0.0.1"):
+    return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled, bind_host)
             for i in instances or []}
 
 

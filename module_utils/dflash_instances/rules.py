@@ -78,7 +78,7 @@ def _first_bool(entry, keys):
     return None
 
 
-def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
+def rule_context(instance, fingerprint, probe, host_facts):
     """The flat facts the rule conditions may name (docs/fallbacks.md lists them)."""
     inst = effective_instance(instance)
     fp = fingerprint or {}
@@ -163,7 +163,6 @@ def rule_context(instance, fingerprint, probe, host_facts, lab_standin=False):
         "target.architecture": _target_facts_of(inst, hf).get("architecture"),
         "target.hybrid": _target_facts_of(inst, hf).get("hybrid"),
         "target.linear_attention": _target_facts_of(inst, hf).get("linear_attention"),
-        "host.lab_standin": bool(lab_standin),
     }
     ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_tp.py)
     return ctx

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""dflash-launch: start sglang (or the lab stand-in) with the instance's API keys, without argv.
+"""dflash-launch: start sglang (or another server entry point) with the instance's API keys, without argv.
 
     ExecStart=<venv>/bin/python <prefix>/libexec/dflash-launch -m sglang.launch_server $DFLASH_ARGS
-    ExecStart=<venv>/bin/python <prefix>/libexec/dflash-launch <prefix>/lab/sglang_standin.py $DFLASH_ARGS
+    ExecStart=<venv>/bin/python <prefix>/libexec/dflash-launch /path/to/other_server.py $DFLASH_ARGS
 
 sglang 0.5.11 takes its API keys only from its argument parser (ServerArgs.api_key / admin_api_key:
 --api-key, --admin-api-key; no environment variable). On the command line they would show in ps and
