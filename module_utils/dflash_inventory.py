@@ -18,8 +18,7 @@ except ImportError:  # pytest / the controller: module_utils/ on sys.path
 
 # the shared inventory inputs (docs/design.md) a typo'd name is compared with
 SHARED = ("dflash_instances", "dflash_prefix", "dflash_remove_absent", "dflash_remove_instances",
-          "dflash_service_manager", "dflash_server_entry", "dflash_server_files", "dflash_min_free_mib",
-          "dflash_venv_layers")
+          "dflash_service_manager", "dflash_min_free_mib", "dflash_venv_layers")
 # variables that no longer exist, and what replaced them
 RENAMED = {
     "dflash_instances_remove_stale": (
