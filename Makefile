@@ -60,4 +60,4 @@ molecule: controller lab-image ## every scenario under molecule/ (or SCENARIOS=.
 	@scripts/molecule_all.sh $(SCENARIOS)
 
 test: ## lint + unit + molecule, each part timed; all parts run, fails if one failed
-	@scripts/timed.sh lint unit molecule
+	@scripts/timed.sh lint+unit molecule

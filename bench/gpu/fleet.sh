@@ -4,12 +4,15 @@
 # Prometheus targets file; /metrics of both instances and the router scraped; then a rolling restart
 # (drain -> restart -> smoke -> back) under a client loop through the router. Records under $OUT.
 #
-#   call 1 (carry [".gpu/wheelhouse.tar.xz"]):          STAGES=deploy bash bench/gpu/fleet.sh
-#   call 2, warm (carry [".gpu/router-wheelhouse.tar.xz"]): STAGES="router roll" bash bench/gpu/fleet.sh
-#   here, no GPU:                                        DRY_RUN=1 bash bench/gpu/fleet.sh
+#   call 0 (carry [".gpu/ctl-wheelhouse.tar.xz"], timeout_s=120): STAGES=unpack bash bench/gpu/fleet.sh
+#   call 1, warm (carry [".gpu/wheelhouse.tar.xz"]):          STAGES=deploy bash bench/gpu/fleet.sh
+#   call 2, warm (carry [".gpu/router-wheelhouse.tar.xz"]):   STAGES="router roll" bash bench/gpu/fleet.sh
+#   here, no GPU:                                            DRY_RUN=1 bash bench/gpu/fleet.sh
 #
-# The two archives do not fit one call's 64 MiB (60.1 MB + ~15 MB): call 2 must come while the machine
-# is still warm (/root/wh and both instances are kept). Build the second one with
+# The archives do not fit one call's 64 MiB together with the tree: each later call must come while the
+# machine is still warm (within 30 s: /root/wh and both instances are kept). Build them with
+#   python3 scripts/gpu/make_wheelhouse.py bench/gpu/controller-wheels.txt .gpu/ctl-wheelhouse.tar.xz
+#   (the overlay's: see bench/gpu/e2e.sh)
 #   python3 scripts/gpu/make_wheelhouse.py bench/gpu/router-wheels.txt .gpu/router-wheelhouse.tar.xz
 # Env: STAGES (deploy | router | roll, in that order), BUDGET_S (default 585), DRY_RUN=1.
 set -uo pipefail
@@ -38,17 +41,24 @@ say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || ec
 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
 
 # wheels: the overlay's (call 1) and the router's (call 2) into /root/wh/wheelhouse; ansible into /root/ctl
-if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d /root/wh/wheelhouse ]; then
-  mkdir -p /root/wh/ctl && tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
-  mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/
+# (as bench/gpu/e2e.sh: the controller wheels from ctl-wheelhouse.tar.xz, or inside an older overlay archive)
+mkdir -p /root/wh/ctl
+if [ -f .gpu/ctl-wheelhouse.tar.xz ]; then
+  rm -rf /root/wh/ctl-new && mkdir -p /root/wh/ctl-new && tar -C /root/wh/ctl-new -xJf .gpu/ctl-wheelhouse.tar.xz || exit 2
+  mv /root/wh/ctl-new/wheelhouse/*.whl /root/wh/ctl/ && rm -rf /root/wh/ctl-new
 fi
+if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d /root/wh/wheelhouse ]; then
+  tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
+fi
+mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/ 2>/dev/null
 if [ -f .gpu/router-wheelhouse.tar.xz ]; then
   tar -C /root/wh -xJf .gpu/router-wheelhouse.tar.xz || exit 2
 fi
+say "wheelhouse: $(ls /root/wh/wheelhouse 2>/dev/null | wc -l) wheels, $(ls /root/wh/ctl | wc -l) controller wheels"
+[ "$STAGES" = unpack ] && { say "unpacked; now STAGES=deploy, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
 [ -d /root/wh/wheelhouse ] || { say "no /root/wh/wheelhouse: call 1 carries .gpu/wheelhouse.tar.xz"; exit 2; }
 if [ ! -d /root/ctl/ansible ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl \
-    /root/wh/wheelhouse/cffi-*.whl /root/wh/wheelhouse/pycparser-*.whl || exit 2
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl || exit 2
 fi
 export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 export DFLASH_ROLLOUT_SUMMARY="$OUT/summary.json"
