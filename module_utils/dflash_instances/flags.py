@@ -13,34 +13,20 @@ try:  # API keys stay out of the arguments (module_utils/dflash_secrets.py)
 except ImportError:
     import dflash_secrets
 try:
-    from ansible.module_utils.dflash_instances.fields import (
-        effective_instance,
-        pin_args,
-        split_flags,
-    )
+    from ansible.module_utils.dflash_instances import fields as _fields
 except ImportError:
-    from dflash_instances.fields import (
-        effective_instance,
-        pin_args,
-        split_flags,
-    )
+    from dflash_instances import fields as _fields
 try:
-    from ansible.module_utils.dflash_instances.rules import (
-        evaluate_rules,
-        rule_context,
-    )
+    from ansible.module_utils.dflash_instances import rules as _rules
 except ImportError:
-    from dflash_instances.rules import (
-        evaluate_rules,
-        rule_context,
-    )
+    from dflash_instances import rules as _rules
 
 
 # --------------------------------------------------------------------------- flags fact
 
 def build_args(inst, fallback_args, bind_host="127.0.0.1"):
     """Exactly what follows `-m sglang.launch_server` (API keys never: the launcher adds them in-process)."""
-    inst = effective_instance(inst)
+    inst = _fields.effective_instance(inst)
     host = inst.get("host") or bind_host
     args = ["--model-path", str(inst["model_path"]), "--host", str(host), "--port", str(inst["port"]),
             "--tp-size", str(inst["tp"])]
@@ -61,12 +47,12 @@ def build_args(inst, fallback_args, bind_host="127.0.0.1"):
         args += ["--reasoning-parser", str(inst["reasoning_parser"])]
     args += list(fallback_args)
     args += [str(a) for a in inst["extra_args"]]
-    args += pin_args(inst["pin_flags"])
+    args += _fields.pin_args(inst["pin_flags"])
     return args
 
 
 def build_env(inst, host_facts, tree, rule_env):
-    inst = effective_instance(inst)
+    inst = _fields.effective_instance(inst)
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA indexes = nvidia-smi indexes
            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in inst["gpus"])}
     libs = ((host_facts or {}).get("overlay") or {}).get("nvidia_lib_dirs") or []
@@ -83,11 +69,11 @@ def build_env(inst, host_facts, tree, rule_env):
 
 def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), bind_host="127.0.0.1"):
     """One instance's entry of the dflash_flags fact."""
-    inst = effective_instance(inst)
-    ctx = rule_context(inst, fingerprint, probe, host_facts)
-    user_flags = set(split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
+    inst = _fields.effective_instance(inst)
+    ctx = _rules.rule_context(inst, fingerprint, probe, host_facts)
+    user_flags = set(_fields.split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
     disabled = set(host_disabled or ()) | set(inst["disabled_rules"])
-    applied, skipped = evaluate_rules(rules, ctx, disabled, user_flags)
+    applied, skipped = _rules.evaluate_rules(rules, ctx, disabled, user_flags)
     fallback, rule_env = [], {}
     for a in applied:
         fallback += a["flags"]

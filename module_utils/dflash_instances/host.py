@@ -26,17 +26,9 @@ except ImportError:
     import dflash_diskspace
     from dflash_model import target_facts
 try:
-    from ansible.module_utils.dflash_instances.fields import (
-        _is_int,
-        split_flags,
-        version_tuple,
-    )
+    from ansible.module_utils.dflash_instances import fields as _fields
 except ImportError:
-    from dflash_instances.fields import (
-        _is_int,
-        split_flags,
-        version_tuple,
-    )
+    from dflash_instances import fields as _fields
 
 
 # --------------------------------------------------------------------------- host facts (read-only)
@@ -150,7 +142,7 @@ def draft_block_size(config_text):
                            "config.json dflash_config.block_size"),
                           (cfg.get("block_size"), "config.json block_size")):
         if value is not None:
-            if _is_int(value) and value > 0:
+            if _fields._is_int(value) and value > 0:
                 return value, source, None
             return None, source, f"{source} is {value!r}, not a positive integer"
     return None, None, None
@@ -179,7 +171,7 @@ def overlay_cuda(layer_path, runner=None):
     best = {}
     for nvcc in nvccs:
         v = nvcc_version_of(nvcc, runner)
-        if v and (not best or version_tuple(v) > version_tuple(best["version"])):
+        if v and (not best or _fields.version_tuple(v) > _fields.version_tuple(best["version"])):
             best = {"path": nvcc, "home": os.path.dirname(os.path.dirname(nvcc)), "version": v}
     return {"site_packages": sps, "nvidia_lib_dirs": libs, "nvcc": best or None}
 
@@ -206,7 +198,7 @@ def current_instances(prefix):
         return {"error": f"{prefix}/current/manifest.json is not JSON"}
     out = {}
     for name, entry in (m.get("instances") or {}).items():
-        port = split_flags(entry.get("args") or []).get("--port")
+        port = _fields.split_flags(entry.get("args") or []).get("--port")
         gpus = str((entry.get("env") or {}).get("CUDA_VISIBLE_DEVICES") or "")
         out[name] = {"port": int(port) if port and port.isdigit() else None, "unit": entry.get("unit"),
                      "gpus": [int(g) for g in gpus.split(",") if g.strip().isdigit()]}

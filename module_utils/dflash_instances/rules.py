@@ -15,25 +15,9 @@ try:  # the target's config.json: hybrid (linear-attention) targets
 except ImportError:
     from dflash_model import radix_cache_disabled
 try:
-    from ansible.module_utils.dflash_instances.fields import (
-        TMPFS_PREFIXES,
-        _is_int,
-        _sm_of,
-        _target_facts_of,
-        block_size_for,
-        effective_instance,
-        version_tuple,
-    )
+    from ansible.module_utils.dflash_instances import fields as _fields
 except ImportError:
-    from dflash_instances.fields import (
-        TMPFS_PREFIXES,
-        _is_int,
-        _sm_of,
-        _target_facts_of,
-        block_size_for,
-        effective_instance,
-        version_tuple,
-    )
+    from dflash_instances import fields as _fields
 
 
 # --------------------------------------------------------------------------- rules
@@ -80,27 +64,27 @@ def _first_bool(entry, keys):
 
 def rule_context(instance, fingerprint, probe, host_facts):
     """The flat facts the rule conditions may name (docs/fallbacks.md lists them)."""
-    inst = effective_instance(instance)
+    inst = _fields.effective_instance(instance)
     fp = fingerprint or {}
     hf = host_facts or {}
     gpus = _gpus_of(fp, inst.get("gpus"))
-    sms = [s for s in (_sm_of(g) for g in gpus) if s]
+    sms = [s for s in (_fields._sm_of(g) for g in gpus) if s]
     toolkits = []
     for tk in fp.get("cuda_toolkits") or []:
-        v = version_tuple(tk.get("version"))
+        v = _fields.version_tuple(tk.get("version"))
         if v:
             toolkits.append((v, tk.get("path")))
     default_tk = None
     for v, path in toolkits:
         if path and path.rstrip("/") == "/usr/local/cuda":
             default_tk = v
-    if default_tk is None and version_tuple(fp.get("nvcc_version")):
-        default_tk = version_tuple(fp.get("nvcc_version"))
+    if default_tk is None and _fields.version_tuple(fp.get("nvcc_version")):
+        default_tk = _fields.version_tuple(fp.get("nvcc_version"))
     if default_tk is None and toolkits:
         default_tk = max(toolkits)[0]
     overlay = hf.get("overlay") or {}
     onvcc = overlay.get("nvcc") or {}
-    overlay_v = version_tuple(onvcc.get("version"))
+    overlay_v = _fields.version_tuple(onvcc.get("version"))
     best = None
     for v, path in toolkits:
         if best is None or v > best[0]:
@@ -119,10 +103,10 @@ def rule_context(instance, fingerprint, probe, host_facts):
             st = False
     torch = _probe_get(probe, "torch") or fp.get("torch") or {}
     dd = inst.get("ddtree") or {}
-    block, block_src = block_size_for(inst, (hf.get("drafts") or {}).get(inst.get("draft_model_path")))
-    budget = dd.get("budget") if _is_int(dd.get("budget")) else None
+    block, block_src = _fields.block_size_for(inst, (hf.get("drafts") or {}).get(inst.get("draft_model_path")))
+    budget = dd.get("budget") if _fields._is_int(dd.get("budget")) else None
     model = str(inst.get("model_path") or "")
-    on_tmpfs = model.startswith(TMPFS_PREFIXES) or bool((hf.get("paths") or {}).get(model, {}).get("tmpfs"))
+    on_tmpfs = model.startswith(_fields.TMPFS_PREFIXES) or bool((hf.get("paths") or {}).get(model, {}).get("tmpfs"))
 
     def fmt(v):
         return f"{v[0]}.{v[1]}" if v else None
@@ -160,9 +144,9 @@ def rule_context(instance, fingerprint, probe, host_facts):
         "instance.ddtree_budget": budget if inst.get("algorithm") == "DDTREE" else None,
         "instance.ddtree_verify_tokens": budget + 1 if budget and inst.get("algorithm") == "DDTREE" else None,
         "instance.radix_cache_disabled": radix_cache_disabled(inst),
-        "target.architecture": _target_facts_of(inst, hf).get("architecture"),
-        "target.hybrid": _target_facts_of(inst, hf).get("hybrid"),
-        "target.linear_attention": _target_facts_of(inst, hf).get("linear_attention"),
+        "target.architecture": _fields._target_facts_of(inst, hf).get("architecture"),
+        "target.hybrid": _fields._target_facts_of(inst, hf).get("hybrid"),
+        "target.linear_attention": _fields._target_facts_of(inst, hf).get("linear_attention"),
     }
     ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_tp.py)
     return ctx
@@ -225,7 +209,7 @@ def eval_condition(cond, ctx):
         return have in want, shown
     if op == "contains":
         return want in have, shown
-    hv, wv = version_tuple(have), version_tuple(want)
+    hv, wv = _fields.version_tuple(have), _fields.version_tuple(want)
     if hv is None:
         return None, f"{fact}={have!r} is not a version"
     if op == "version_lt":

@@ -21,47 +21,9 @@ try:  # flags against the parser, env, secrets, bind address, resolved paths
 except ImportError:
     import dflash_checks
 try:
-    from ansible.module_utils.dflash_instances.fields import (
-        ALGORITHMS,
-        DDTREE_KEYS,
-        DDTREE_MODES,
-        HOME_PREFIXES,
-        INSTANCE_KEYS,
-        MANAGED_ENV,
-        MANAGED_FLAGS,
-        NAME_RE,
-        PORT_MAX,
-        PORT_MIN,
-        REASONING_PARSER_RE,
-        TMPFS_PREFIXES,
-        _err,
-        _is_int,
-        _label,
-        _target_facts_of,
-        block_size_for,
-        effective_instance,
-    )
+    from ansible.module_utils.dflash_instances import fields as _fields
 except ImportError:
-    from dflash_instances.fields import (
-        ALGORITHMS,
-        DDTREE_KEYS,
-        DDTREE_MODES,
-        HOME_PREFIXES,
-        INSTANCE_KEYS,
-        MANAGED_ENV,
-        MANAGED_FLAGS,
-        NAME_RE,
-        PORT_MAX,
-        PORT_MIN,
-        REASONING_PARSER_RE,
-        TMPFS_PREFIXES,
-        _err,
-        _is_int,
-        _label,
-        _target_facts_of,
-        block_size_for,
-        effective_instance,
-    )
+    from dflash_instances import fields as _fields
 
 
 # --------------------------------------------------------------------------- validation
@@ -114,16 +76,16 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         e = []
 
         def add(field, msg, _raw=raw, _idx=idx, _e=e):
-            _e.append(_err(host, _raw, _idx, field, msg))
+            _e.append(_fields._err(host, _raw, _idx, field, msg))
 
-        unknown = sorted(set(raw) - INSTANCE_KEYS)
+        unknown = sorted(set(raw) - _fields.INSTANCE_KEYS)
         for key in unknown:
-            add(key, f"unknown field (known: {', '.join(sorted(INSTANCE_KEYS))})")
-        inst = effective_instance(raw)
+            add(key, f"unknown field (known: {', '.join(sorted(_fields.INSTANCE_KEYS))})")
+        inst = _fields.effective_instance(raw)
 
         # name
         name = raw.get("name")
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not _fields.NAME_RE.match(name):
             add("name", f"{name!r} is not a valid instance name: lower-case letters, digits, '-' and '_', "
                         "starting with a letter or digit, at most 48 characters (it becomes the unit "
                         "name dflash-<name>.service)")
@@ -139,7 +101,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
 
         # gpus
         gpus = raw.get("gpus")
-        gpus_ok = isinstance(gpus, list) and gpus and all(_is_int(g) and g >= 0 for g in gpus)
+        gpus_ok = isinstance(gpus, list) and gpus and all(_fields._is_int(g) and g >= 0 for g in gpus)
         if not gpus_ok:
             add("gpus", f"must be a non-empty list of GPU indexes (integers >= 0), got {gpus!r}")
         elif len(set(gpus)) != len(gpus):
@@ -148,7 +110,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
 
         # tp
         tp = inst.get("tp")
-        if not _is_int(tp) or tp < 1:
+        if not _fields._is_int(tp) or tp < 1:
             add("tp", f"must be a positive integer, got {tp!r}")
         elif gpus_ok and tp != len(gpus) * _tp.nnodes_of(raw):
             add("tp", f"tp {tp} does not match the {len(gpus)} GPU(s) {gpus}"
@@ -157,14 +119,14 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
 
         # port
         port = raw.get("port")
-        if not _is_int(port):
+        if not _fields._is_int(port):
             add("port", f"must be an integer, got {port!r}")
-        elif not PORT_MIN <= port <= PORT_MAX:
-            add("port", f"{port} is out of range {PORT_MIN}..{PORT_MAX} (the server runs as a "
+        elif not _fields.PORT_MIN <= port <= _fields.PORT_MAX:
+            add("port", f"{port} is out of range {_fields.PORT_MIN}..{_fields.PORT_MAX} (the server runs as a "
                         "non-root user without CAP_NET_BIND_SERVICE)")
         else:
             if port in ports:
-                add("port", f"port {port} is also used by {_label(instances[ports[port]], ports[port])}")
+                add("port", f"port {port} is also used by {_fields._label(instances[ports[port]], ports[port])}")
             else:
                 ports[port] = idx
             for lis in host_facts.get("listeners") or []:
@@ -180,8 +142,8 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
 
         # algorithm + draft
         algo = inst["algorithm"]
-        if algo not in ALGORITHMS:
-            add("algorithm", f"{raw.get('algorithm')!r} is not one of {', '.join(ALGORITHMS)}")
+        if algo not in _fields.ALGORITHMS:
+            add("algorithm", f"{raw.get('algorithm')!r} is not one of {', '.join(_fields.ALGORITHMS)}")
         draft = raw.get("draft_model_path")
         if algo in ("DFLASH", "DDTREE") and not draft:
             add("draft_model_path", f"{algo} needs a draft model (draft_model_path is empty)")
@@ -203,9 +165,9 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                            "through $DFLASH_ARGS")
                 continue
             problem = dflash_checks.resolved_path_problem(field, path, (paths.get(path) or {}).get("realpath"), protect_home,
-                                            HOME_PREFIXES, prefix,
+                                            _fields.HOME_PREFIXES, prefix,
                                             staged=field == "model_path" and bool(raw.get("model_source")),
-                                            tmpfs_prefixes=TMPFS_PREFIXES)
+                                            tmpfs_prefixes=_fields.TMPFS_PREFIXES)
             if problem:
                 if problem.startswith("model_source: "):
                     add("model_source", problem[len("model_source: "):])
@@ -225,23 +187,23 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         # ddtree
         dd = inst["ddtree"]
         if isinstance(raw.get("ddtree"), dict):
-            for key in sorted(set(raw["ddtree"]) - DDTREE_KEYS):
-                add(f"ddtree.{key}", f"unknown field (known: {', '.join(sorted(DDTREE_KEYS))})")
+            for key in sorted(set(raw["ddtree"]) - _fields.DDTREE_KEYS):
+                add(f"ddtree.{key}", f"unknown field (known: {', '.join(sorted(_fields.DDTREE_KEYS))})")
         elif raw.get("ddtree") is not None:
             add("ddtree", f"must be a mapping, got {raw.get('ddtree')!r}")
         budget, topk, mode = dd.get("budget"), dd.get("topk"), dd.get("mode")
-        if not _is_int(budget) or budget < 1:
+        if not _fields._is_int(budget) or budget < 1:
             add("ddtree.budget", f"must be a positive integer, got {budget!r}")
-        if not _is_int(topk) or topk < 1:
+        if not _fields._is_int(topk) or topk < 1:
             add("ddtree.topk", f"must be a positive integer, got {topk!r}")
-        if mode not in DDTREE_MODES:
-            add("ddtree.mode", f"{mode!r} is not one of {', '.join(DDTREE_MODES)}")
+        if mode not in _fields.DDTREE_MODES:
+            add("ddtree.mode", f"{mode!r} is not one of {', '.join(_fields.DDTREE_MODES)}")
         draft_seen = (paths.get(draft) or {}).get("exists", True) if isinstance(draft, str) else False
         if algo == "DDTREE" and draft and draft_seen:
-            size, source = block_size_for(inst, drafts.get(draft))
+            size, source = _fields.block_size_for(inst, drafts.get(draft))
             # the patched server's rule (0002/0102): one step verifies the root + budget nodes, and
             # that verify block must fit the draft's block, as DFlash's linear verify does
-            if _is_int(budget) and budget >= 1 and budget + 1 > size:
+            if _fields._is_int(budget) and budget >= 1 and budget + 1 > size:
                 add("ddtree.budget", f"budget {budget} + 1 (the root) = {budget + 1} verify tokens exceeds the "
                                      f"draft's block size {size} (from {source}); use budget <= {size - 1}, "
                                      f"or a DFlash draft trained with a block_size of at least {budget + 1}")
@@ -249,7 +211,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             if derr:
                 add("draft_model_path", f"cannot read the draft's config.json: {derr}")
         # hybrid targets (the target's config.json, dflash_model.py): refuse only what cannot work
-        tfacts = _target_facts_of(inst, host_facts)
+        tfacts = _fields._target_facts_of(inst, host_facts)
         if tfacts.get("error"):
             add("model_path", f"cannot read the target's config.json: {tfacts['error']}")
         for field, msg in hybrid_instance_errors(inst, tfacts):
@@ -260,7 +222,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         if mfs is not None and (isinstance(mfs, bool) or not isinstance(mfs, (int, float)) or not 0 < mfs < 1):
             add("mem_fraction_static", f"must be a number between 0 and 1 (exclusive), got {mfs!r}")
         ctx = raw.get("context_length")
-        if ctx is not None and (not _is_int(ctx) or ctx < 1):
+        if ctx is not None and (not _fields._is_int(ctx) or ctx < 1):
             add("context_length", f"must be a positive integer, got {ctx!r}")
         if not isinstance(raw.get("allow_busy_gpus", False), bool):
             add("allow_busy_gpus", f"must be true or false, got {raw.get('allow_busy_gpus')!r}")
@@ -287,16 +249,16 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                 add(f"pin_flags.{flag}", f"value {str(value)!r} contains whitespace")
         dflash_checks.check_flags({"extra_args": [a for a in extra if isinstance(a, (str, int, float))],
                      "pin_flags": {k: v for k, v in pins.items() if isinstance(k, str) and k.startswith("--")}},
-                    add, server_flags, sglang_version, MANAGED_FLAGS)
+                    add, server_flags, sglang_version, _fields.MANAGED_FLAGS)
         env = raw.get("env") or {}
         if not isinstance(env, dict):
             add("env", f"must be a mapping of variable names to strings, got a {type(env).__name__}")
             env = {}
-        dflash_checks.check_env(env, add, MANAGED_ENV)
+        dflash_checks.check_env(env, add, _fields.MANAGED_ENV)
         dflash_checks.check_secrets(raw, add)
         if raw.get("host") is not None and dflash_checks.host_error(raw.get("host")):
             add("host", dflash_checks.host_error(raw.get("host")))
-        dflash_checks.current_conflicts(name, port if _is_int(port) else None, gpus if gpus_ok else [],
+        dflash_checks.current_conflicts(name, port if _fields._is_int(port) else None, gpus if gpus_ok else [],
                           inst["allow_busy_gpus"], host_facts.get("current"),
                           {i.get("name") for i in instances if isinstance(i, dict)}, set(removed or ()), add)
         disabled = raw.get("disabled_rules") or []
@@ -309,7 +271,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
 
         # reasoning models and the smoke gates
         rp = raw.get("reasoning_parser")
-        if rp is not None and not (isinstance(rp, str) and REASONING_PARSER_RE.match(rp)):
+        if rp is not None and not (isinstance(rp, str) and _fields.REASONING_PARSER_RE.match(rp)):
             add("reasoning_parser", f"must be a parser name of sglang's --reasoning-parser (e.g. qwen3), got {rp!r}")
         for field, msg in gate_errors(raw.get("smoke_gates")):
             add(field, msg)
@@ -318,7 +280,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         if gpus_ok:
             for g in gpus:
                 if g in gpu_owner:
-                    add("gpus", f"GPU {g} is also used by {_label(instances[gpu_owner[g]], gpu_owner[g])}")
+                    add("gpus", f"GPU {g} is also used by {_fields._label(instances[gpu_owner[g]], gpu_owner[g])}")
                 else:
                     gpu_owner[g] = idx
             if gpu_checker is not None and fingerprint is not None:
