@@ -59,12 +59,37 @@ def now_iso(now=None) -> str:
     return now.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def boot_id(path=BOOT_ID) -> str | None:
+def _init_start(stat="/proc/1/stat") -> str | None:
+    """PID 1's start time (clock ticks after the kernel booted, field 22 of /proc/1/stat)."""
+    try:
+        with open(stat, encoding="utf-8") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def boot_id(path=BOOT_ID, init_stat="/proc/1/stat") -> str | None:
+    """This boot: the kernel's boot id, plus PID 1's start time. A container shares its host's kernel
+    boot id, so a restarted container (a lab host's reboot) is told apart by its new init; on a real
+    host the kernel's id changes at each boot."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return fh.read().strip() or None
+            kernel = fh.read().strip() or None
     except OSError:
         return None
+    init = _init_start(init_stat)
+    return f"{kernel}/{init}" if kernel and init else kernel
+
+
+def same_boot(recorded: str | None, boot: str | None) -> bool:
+    """Whether a journal's boot id is this boot's (one recorded as the kernel's id alone, by an older
+    version, is compared on that part)."""
+    if not recorded or not boot:
+        return False
+    if "/" not in recorded:
+        return recorded == boot.split("/", 1)[0]
+    return recorded == boot
 
 
 def _fsync_dir(path):
@@ -618,7 +643,7 @@ def boot_guard(prefix, backend, boot=None, now=None) -> str:
     if j is None:
         return "no unfinished activation"
     boot = boot if boot is not None else boot_id()
-    if j.get("boot_id") == boot:
+    if same_boot(j.get("boot_id"), boot):
         return f"{describe(j)}: same boot, left to the run that owns it"
     if j.get("state") == "reverted-at-boot":
         return f"{describe(j)}: already reverted at an earlier boot; the next deploy run finishes it"

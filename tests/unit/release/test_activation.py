@@ -207,6 +207,38 @@ def test_boot_guard_reverts_an_unproven_activation_of_an_earlier_boot(host):
     assert dflash_release.activation.revert(host["prefix"], host["backend"])["restart"] == ["keep", "old"]
 
 
+def test_boot_id_tells_a_restarted_container_apart(tmp_path):
+    # a container shares its host kernel's boot id: PID 1's start time (field 22) tells a restart apart
+    kernel = tmp_path / "boot_id"
+    kernel.write_text("6891950c-1618-441b-a8f5-0027604af2a3\n")
+    init = tmp_path / "stat"
+    init.write_text("1 (systemd) S 0 1 1 0 -1 4194560 " + " ".join(["0"] * 12) + " 2951234 123 0\n")
+    first = a.boot_id(str(kernel), str(init))
+    assert first == "6891950c-1618-441b-a8f5-0027604af2a3/2951234"
+    init.write_text("1 (init (x)) S 0 1 1 0 -1 4194560 " + " ".join(["0"] * 12) + " 3100000 123 0\n")
+    second = a.boot_id(str(kernel), str(init))
+    assert second.endswith("/3100000") and not a.same_boot(first, second)
+    assert a.same_boot(first, first)
+    # no readable init (another /proc): the kernel's id alone; a journal of an older version (kernel id
+    # only) is compared on that part
+    assert a.boot_id(str(kernel), str(tmp_path / "none")) == "6891950c-1618-441b-a8f5-0027604af2a3"
+    assert a.same_boot("6891950c-1618-441b-a8f5-0027604af2a3", second)
+    assert not a.same_boot("other", second) and not a.same_boot(None, second)
+    assert a.boot_id(str(tmp_path / "none")) is None
+
+
+def test_boot_guard_reverts_after_a_container_restart(host):
+    start(host)
+    a.install(host["prefix"], RID_NEW, host["backend"])
+    a.switch(host["prefix"], RID_NEW, host["backend"])
+    j = a.read_journal(host["prefix"])
+    j["boot_id"] = "kernel-1/2951234"
+    a.write_journal(host["prefix"], j)
+    assert "same boot" in a.boot_guard(host["prefix"], host["backend"], boot="kernel-1/2951234")
+    said = a.boot_guard(host["prefix"], host["backend"], boot="kernel-1/3100000")
+    assert "reverted at boot" in said and a.current_target(host["prefix"]) == RID_OLD
+
+
 def test_boot_guard_leaves_a_proven_release(host):
     start(host)
     dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
