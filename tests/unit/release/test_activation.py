@@ -213,30 +213,30 @@ def test_boot_id_tells_a_restarted_container_apart(tmp_path):
     kernel.write_text("6891950c-1618-441b-a8f5-0027604af2a3\n")
     init = tmp_path / "stat"
     init.write_text("1 (systemd) S 0 1 1 0 -1 4194560 " + " ".join(["0"] * 12) + " 2951234 123 0\n")
-    first = a.boot_id(str(kernel), str(init))
+    first = dflash_release.activation.boot_id(str(kernel), str(init))
     assert first == "6891950c-1618-441b-a8f5-0027604af2a3/2951234"
     init.write_text("1 (init (x)) S 0 1 1 0 -1 4194560 " + " ".join(["0"] * 12) + " 3100000 123 0\n")
-    second = a.boot_id(str(kernel), str(init))
-    assert second.endswith("/3100000") and not a.same_boot(first, second)
-    assert a.same_boot(first, first)
+    second = dflash_release.activation.boot_id(str(kernel), str(init))
+    assert second.endswith("/3100000") and not dflash_release.activation.same_boot(first, second)
+    assert dflash_release.activation.same_boot(first, first)
     # no readable init (another /proc): the kernel's id alone; a journal of an older version (kernel id
     # only) is compared on that part
-    assert a.boot_id(str(kernel), str(tmp_path / "none")) == "6891950c-1618-441b-a8f5-0027604af2a3"
-    assert a.same_boot("6891950c-1618-441b-a8f5-0027604af2a3", second)
-    assert not a.same_boot("other", second) and not a.same_boot(None, second)
-    assert a.boot_id(str(tmp_path / "none")) is None
+    assert dflash_release.activation.boot_id(str(kernel), str(tmp_path / "none")) == "6891950c-1618-441b-a8f5-0027604af2a3"
+    assert dflash_release.activation.same_boot("6891950c-1618-441b-a8f5-0027604af2a3", second)
+    assert not dflash_release.activation.same_boot("other", second) and not dflash_release.activation.same_boot(None, second)
+    assert dflash_release.activation.boot_id(str(tmp_path / "none")) is None
 
 
 def test_boot_guard_reverts_after_a_container_restart(host):
     start(host)
-    a.install(host["prefix"], RID_NEW, host["backend"])
-    a.switch(host["prefix"], RID_NEW, host["backend"])
-    j = a.read_journal(host["prefix"])
+    dflash_release.activation.install(host["prefix"], RID_NEW, host["backend"])
+    dflash_release.activation.switch(host["prefix"], RID_NEW, host["backend"])
+    j = dflash_release.activation.read_journal(host["prefix"])
     j["boot_id"] = "kernel-1/2951234"
-    a.write_journal(host["prefix"], j)
-    assert "same boot" in a.boot_guard(host["prefix"], host["backend"], boot="kernel-1/2951234")
-    said = a.boot_guard(host["prefix"], host["backend"], boot="kernel-1/3100000")
-    assert "reverted at boot" in said and a.current_target(host["prefix"]) == RID_OLD
+    dflash_release.activation.write_journal(host["prefix"], j)
+    assert "same boot" in dflash_release.activation.boot_guard(host["prefix"], host["backend"], boot="kernel-1/2951234")
+    said = dflash_release.activation.boot_guard(host["prefix"], host["backend"], boot="kernel-1/3100000")
+    assert "reverted at boot" in said and dflash_release.activation.current_target(host["prefix"]) == RID_OLD
 
 
 def test_boot_guard_leaves_a_proven_release(host):
