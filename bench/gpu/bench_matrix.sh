@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # playbooks/bench.yml on the lent H200 (issue 14), through the toolkit's own inventory (inventory/gpu,
 # connection local, runner backend), against the release that `STAGES=deploy bash bench/gpu/e2e.sh`
-# deployed in the call before (the machine must still be warm: same /opt/dflash, /root/ctl, /srv/models).
+# deployed in the call before (the machine must still be warm: same /opt/dflash, $HOME/ctl, /srv/models).
 #
 #   run(command="STAGES=deploy bash bench/gpu/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
 #   run(command="bash bench/gpu/bench_matrix.sh", timeout_s=600)        # within 30 s of the first
@@ -23,8 +23,8 @@ say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || ec
 if [ -n "${DRY_RUN:-}" ]; then
   exec "$PY" -m pytest -q tests/unit/bench/test_bench_plan.py -k h200_matrix_file
 fi
-[ -d /root/ctl/ansible ] && [ -L /opt/dflash/current ] || { say "no deployed release: run STAGES=deploy bash bench/gpu/e2e.sh first"; exit 2; }
-export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+[ -d "${CTL:-$HOME/ctl}/ansible" ] && [ -L /opt/dflash/current ] || { say "no deployed release: run STAGES=deploy bash bench/gpu/e2e.sh first"; exit 2; }
+export PYTHONPATH=${CTL:-$HOME/ctl} LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
 
 # the block-32 draft for budget 31 (config-only, same shapes as /srv/models/draft)
@@ -44,7 +44,7 @@ timeout 60 "$PY" -c "import json, sys; sys.path.insert(0, 'module_utils'); from 
 print(json.dumps(c.run_cell('http://127.0.0.1:30001', 'random', 1, {'random': {'input_len': 256, \
 'output_len': 256, 'per_slot': 4}}, 60)['summary']))" | tee "$OUT/client_random_c1.json"
 unset DFLASH_ARGS PYTHONPATH CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER LD_LIBRARY_PATH CUDA_HOME
-export PYTHONPATH=/root/ctl
+export PYTHONPATH=${CTL:-$HOME/ctl}
 
 say "bench.yml (deadline 470 s inside the playbook; hard stop at $(( 575 - ($(date +%s) - T0) )) s)"
 timeout $(( 575 - ($(date +%s) - T0) )) "$PY" -m ansible.cli.playbook -i inventory/gpu playbooks/bench.yml -e @bench/gpu/bench_h200.yml \

@@ -25,28 +25,8 @@ say() { echo "[e2e +$(( $(date +%s) - T0 ))s] $*"; }
 say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none) stages='$STAGES'"
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.used,memory.total --format=csv,noheader
 
-# 1. carried wheelhouses -> /root/wh/wheelhouse (the overlay's) and /root/wh/ctl (the controller side:
-#    ansible-core and what the image lacks). The two archives are built and carried apart, since the tree
-#    and both pass one call's 64 MiB: first `STAGES=unpack` with carry [".gpu/ctl-wheelhouse.tar.xz"], then,
-#    the machine still warm, the stages wanted with carry [".gpu/wheelhouse.tar.xz"] (docs/gpu-e2e.md).
-mkdir -p /root/wh/ctl
-if [ -f .gpu/ctl-wheelhouse.tar.xz ]; then
-  rm -rf /root/wh/ctl-new && mkdir -p /root/wh/ctl-new && tar -C /root/wh/ctl-new -xJf .gpu/ctl-wheelhouse.tar.xz || exit 2
-  mv /root/wh/ctl-new/wheelhouse/*.whl /root/wh/ctl/ && rm -rf /root/wh/ctl-new
-fi
-if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d /root/wh/wheelhouse ]; then
-  tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
-fi
-# an archive built the older way carries the controller wheels inside the overlay's
-mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/ 2>/dev/null
-say "wheelhouse: $(ls /root/wh/wheelhouse 2>/dev/null | wc -l) overlay wheels, $(ls /root/wh/ctl | wc -l) controller wheels"
-[ "$STAGES" = unpack ] && { say "unpacked; now the stages, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
-
-# 2. the controller side: ansible-core and what the image lacks, as wheels
-if [ ! -d /root/ctl/ansible ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl || exit 2
-fi
-export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+# 1. the carried wheelhouses, the controller side installed (bench/gpu/wheels.sh)
+. bench/gpu/wheels.sh
 playbook() { "$PY" -m ansible.cli.playbook -i inventory/gpu "$@"; }
 say "ansible: $("$PY" -m ansible.cli.playbook --version | head -1)"
 

@@ -10,7 +10,7 @@
 #   here, no GPU:                                            DRY_RUN=1 bash bench/gpu/fleet.sh
 #
 # The archives do not fit one call's 64 MiB together with the tree: each later call must come while the
-# machine is still warm (within 30 s: /root/wh and both instances are kept). Build them with
+# machine is still warm (within 30 s: $HOME/wh and both instances are kept). Build them with
 #   python3 scripts/gpu/make_wheelhouse.py bench/gpu/controller-wheels.txt .gpu/ctl-wheelhouse.tar.xz
 #   (the overlay's: see bench/gpu/e2e.sh)
 #   python3 scripts/gpu/make_wheelhouse.py bench/gpu/router-wheels.txt .gpu/router-wheelhouse.tar.xz
@@ -40,27 +40,8 @@ left() { echo $(( ${BUDGET_S:-585} - ($(date +%s) - T0) )); }
 say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none) stages='$STAGES'"
 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
 
-# wheels: the overlay's (call 1) and the router's (call 2) into /root/wh/wheelhouse; ansible into /root/ctl
-# (as bench/gpu/e2e.sh: the controller wheels from ctl-wheelhouse.tar.xz, or inside an older overlay archive)
-mkdir -p /root/wh/ctl
-if [ -f .gpu/ctl-wheelhouse.tar.xz ]; then
-  rm -rf /root/wh/ctl-new && mkdir -p /root/wh/ctl-new && tar -C /root/wh/ctl-new -xJf .gpu/ctl-wheelhouse.tar.xz || exit 2
-  mv /root/wh/ctl-new/wheelhouse/*.whl /root/wh/ctl/ && rm -rf /root/wh/ctl-new
-fi
-if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d /root/wh/wheelhouse ]; then
-  tar -C /root/wh -xJf .gpu/wheelhouse.tar.xz || exit 2
-fi
-mv /root/wh/wheelhouse/ansible_core-* /root/wh/wheelhouse/resolvelib-* /root/wh/wheelhouse/cryptography-* /root/wh/ctl/ 2>/dev/null
-if [ -f .gpu/router-wheelhouse.tar.xz ]; then
-  tar -C /root/wh -xJf .gpu/router-wheelhouse.tar.xz || exit 2
-fi
-say "wheelhouse: $(ls /root/wh/wheelhouse 2>/dev/null | wc -l) wheels, $(ls /root/wh/ctl | wc -l) controller wheels"
-[ "$STAGES" = unpack ] && { say "unpacked; now STAGES=deploy, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
-[ -d /root/wh/wheelhouse ] || { say "no /root/wh/wheelhouse: call 1 carries .gpu/wheelhouse.tar.xz"; exit 2; }
-if [ ! -d /root/ctl/ansible ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /root/ctl /root/wh/ctl/*.whl || exit 2
-fi
-export PYTHONPATH=/root/ctl LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+# 1. the carried wheelhouses, the controller side installed (bench/gpu/wheels.sh)
+. bench/gpu/wheels.sh
 export DFLASH_ROLLOUT_SUMMARY="$OUT/summary.json"
 "$PY" scripts/gpu/make_models.py /srv/models >/dev/null && say "models in /srv/models"
 playbook() { timeout "$(( $(left) - 20 ))" "$PY" -m ansible.cli.playbook "$@"; }

@@ -1,0 +1,27 @@
+# Sourced by bench/gpu/e2e.sh and bench/gpu/fleet.sh on the lent GPU machine (needs say, PY, STAGES):
+# the carried archives -> $WH/wheelhouse (the overlay's, and the router's) and $WH/ctl (the controller
+# side: ansible-core and what the image lacks), installed into $CTL. The archives are carried in separate
+# calls (the tree and all of them pass one call's 64 MiB): `STAGES=unpack` with .gpu/ctl-wheelhouse.tar.xz
+# first, then, the machine still warm, the stages with .gpu/wheelhouse.tar.xz (docs/gpu-e2e.md).
+WH=${WH:-$HOME/wh}
+CTL=${CTL:-$HOME/ctl}
+mkdir -p "$WH/ctl"
+if [ -f .gpu/ctl-wheelhouse.tar.xz ]; then
+  rm -rf "$WH/ctl-new" && mkdir -p "$WH/ctl-new" && tar -C "$WH/ctl-new" -xJf .gpu/ctl-wheelhouse.tar.xz || exit 2
+  mv "$WH"/ctl-new/wheelhouse/*.whl "$WH/ctl/" && rm -rf "$WH/ctl-new"
+fi
+if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d "$WH/wheelhouse" ]; then
+  tar -C "$WH" -xJf .gpu/wheelhouse.tar.xz || exit 2
+fi
+# an archive built the older way carries the controller wheels inside the overlay's
+mv "$WH"/wheelhouse/ansible_core-* "$WH"/wheelhouse/resolvelib-* "$WH"/wheelhouse/cryptography-* "$WH/ctl/" 2>/dev/null
+if [ -f .gpu/router-wheelhouse.tar.xz ]; then
+  tar -C "$WH" -xJf .gpu/router-wheelhouse.tar.xz || exit 2
+fi
+say "wheelhouse: $(ls "$WH/wheelhouse" 2>/dev/null | wc -l) overlay wheels, $(ls "$WH/ctl" | wc -l) controller wheels"
+[ "$STAGES" = unpack ] && { say "unpacked; now the stages, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
+[ -d "$WH/wheelhouse" ] || { say "no $WH/wheelhouse: carry .gpu/wheelhouse.tar.xz"; exit 2; }
+if [ ! -d "$CTL/ansible" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$CTL" "$WH"/ctl/*.whl || exit 2
+fi
+export PYTHONPATH=$CTL LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
