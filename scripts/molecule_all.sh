@@ -4,6 +4,9 @@
 # two cores well). Each scenario writes .molecule/logs/<LAB_PREFIX><name>.log; its result line (and,
 # when it failed, the end of its log) is printed as it finishes. With MOLECULE_JOBS=1 the output streams.
 # All scenarios run; the exit status is non-zero when one failed. Called by `make molecule`.
+# Each result (name, ok/FAILED, seconds) goes to .molecule/logs/<LAB_PREFIX>results.txt and, for a failed
+# scenario, the failing task (its origin, name and message) to <LAB_PREFIX>causes.txt: scripts/timed.sh
+# prints both last, where a CI log's tail shows them.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=${MOLECULE_JOBS:-2}
@@ -14,6 +17,22 @@ if (($# == 0)); then
     $(for s in "${all[@]}"; do [[ " fleet bench release faults " == *" $s "* ]] || echo "$s"; done)
 fi
 mkdir -p .molecule/logs
+
+# The task that failed a scenario: the last "Origin:" of its log (colours and Molecule's frame taken off),
+# the task's name and the first 12 lines of the failure after it.
+cause() { # scenario log
+  sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^ *│ \{0,1\}//' "$2" | awk -v s="$1" '
+    /^Origin: / { o = NR } { l[NR] = $0 }
+    END {
+      if (!o) { print s ": no task failure in its log (see it whole)"; exit }
+      n = 0
+      for (i = o; i <= NR && n < 12; i++) {
+        if (l[i] ~ /^(fatal|failed): \[/) f = 1
+        if (i == o || l[i] ~ /^[0-9]+ +- name: / || f) { print s ": " substr(l[i], 1, 200); if (f) n++ }
+      }
+    }'
+}
+export -f cause
 
 one() {
   local s=$1 start res log=".molecule/logs/${LAB_PREFIX:-}$1.log"
@@ -26,7 +45,8 @@ one() {
     MOLECULE_EPHEMERAL_DIRECTORY="$PWD/.molecule/${LAB_PREFIX:-}$s" molecule test -s "$s" >"$log" 2>&1
     res=$?
   fi
-  echo "$s $([ "$res" = 0 ] && echo ok || echo FAILED)" >>"$RESULTS"
+  echo "$s $([ "$res" = 0 ] && echo ok || echo FAILED) $(( $(date +%s) - start ))" >>"$RESULTS"
+  ((res == 0)) || cause "$s" "$log" >>"$CAUSES"
   if ((res == 0)); then
     echo "== molecule $s: ok in $(( $(date +%s) - start ))s"
   else
@@ -38,8 +58,10 @@ one() {
 export -f one
 
 RESULTS=.molecule/logs/${LAB_PREFIX:-}results.txt
+CAUSES=.molecule/logs/${LAB_PREFIX:-}causes.txt
 : >"$RESULTS"
-export RESULTS
+: >"$CAUSES"
+export RESULTS CAUSES
 start=$(date +%s)
 printf '%s\n' "$@" | xargs -P "$jobs" -I{} bash -c 'one "$1"' _ {}
 rc=$?

@@ -45,4 +45,11 @@ done
 total=$(( $(date +%s) - total_start ))
 printf '  %-10s %-7s %4dm%02ds  (wall; parts joined by + ran side by side)\n' total \
   "$([[ $rc == 0 ]] && echo ok || echo FAILED)" $((total / 60)) $((total % 60))
+# Molecule's scenarios (scripts/molecule_all.sh) and, for a failed one, the task that failed it: last, where
+# a CI log's tail shows them.
+results=.molecule/logs/${LAB_PREFIX:-}results.txt causes=.molecule/logs/${LAB_PREFIX:-}causes.txt
+if [[ -s $results ]]; then
+  echo "  scenarios: $(awk '{printf "%s%s %s %ss", (NR > 1 ? ", " : ""), $1, $2, $3}' "$results")"
+fi
+[[ -s $causes ]] && { echo "::: what failed"; cat "$causes"; }
 exit "$rc"
