@@ -13,7 +13,7 @@ description:
   - Run it delegated to localhost. Logic in C(module_utils/dflash_bench/results.py).
 options:
   run_dir: {description: The run folder., type: path, required: true}
-  meta: {description: "The run's {run, host, release_id, fingerprint_digest, lab_standin}.", type: dict,
+  meta: {description: "The run's {run, host, release_id, fingerprint_digest}.", type: dict,
          required: true}
   configs: {description: Planned configurations by name., type: dict, required: true}
   cells: {description: The wave's planned cells., type: list, elements: dict, required: true}

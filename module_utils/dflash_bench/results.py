@@ -81,7 +81,7 @@ def cell_record(run, entry, cell, measured=None, failure=None) -> dict:
     """One cell's record. ``measured``: dflash_bench_cell's result; ``failure``: {stage, msg, diagnosis}
     when the configuration never served (the cell then carries the cause)."""
     rec = {"run": run.get("run"), "host": run.get("host"), "release_id": run.get("release_id"),
-           "fingerprint_digest": run.get("fingerprint_digest"), "lab_standin": bool(run.get("lab_standin")),
+           "fingerprint_digest": run.get("fingerprint_digest"), "lab_standin": False,
            "cell": cell["id"], "n": cell.get("n"), "config": config_view(entry), "workload": cell["workload"],
            "concurrency": int(cell["concurrency"])}
     if failure:
@@ -94,8 +94,9 @@ def cell_record(run, entry, cell, measured=None, failure=None) -> dict:
     rec.update(status=m.get("status", "failed"), summary=m.get("summary") or {}, requests=m.get("requests") or [],
                server_before=m.get("server_before"), server_after=after, warmup=m.get("warmup"),
                seconds=m.get("seconds"), errors=m.get("errors") or [])
-    info = after.get("server_info") or {}
-    rec["lab_standin"] = rec["lab_standin"] or bool(info.get("lab_standin"))
+    # the server says itself whether it is the lab's stand-in (/get_server_info); no inventory flag
+    info = after.get("server_info") or (m.get("server_before") or {}).get("server_info") or {}
+    rec["lab_standin"] = bool(info.get("lab_standin"))
     if m.get("status") == "failed":
         rec["error"] = "; ".join(m.get("errors") or []) or "no request completed"
     return rec
