@@ -1,0 +1,77 @@
+"""deploy.yml's phases as tags: which stages `--tags preflight|install|configure|router|metrics|smoke` select
+(ansible-playbook --list-tasks on the lab inventory), and that every role include hands its tags down to
+the role's own tasks (`apply`), without which a dynamic include runs none of them under --tags."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+PLAYBOOK = shutil.which("ansible-playbook") or str(Path(sys.executable).with_name("ansible-playbook"))
+
+CHECKS = ["Fingerprint the host", "Validate this host's instances", "Check across hosts"]
+INSTALL = ["Build the venv layers", "Install the pinned sglang", "Probe the final layer"]
+CONFIGURE = ["Derive each instance's flags", "Take the instances that will restart out of the router",
+             "Create or find the release", "Record the release and verdict"]
+ROUTER = ["Build, start and check the router"]
+METRICS = ["Render the file_sd targets"]
+ALWAYS = ["Check that the host answers", "Gather facts", "Finish or revert an activation"]
+
+
+def listed(*args) -> str:
+    if not os.path.exists(PLAYBOOK):
+        pytest.skip("ansible-playbook is not installed next to this python")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    out = subprocess.run([PLAYBOOK, "--list-tasks", "-i", "inventory/lab", "deploy.yml", *args],
+                         check=False, cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("tags, selected, skipped", [
+    ([], ALWAYS + CHECKS + INSTALL + CONFIGURE + ROUTER + METRICS, ["Smoke-test the current release"]),
+    (["--tags", "preflight"], ALWAYS + CHECKS, INSTALL + CONFIGURE + ROUTER + METRICS),
+    (["--tags", "install"], ALWAYS + CHECKS + INSTALL, CONFIGURE + ROUTER + METRICS),
+    (["--tags", "configure"], ALWAYS + CHECKS + INSTALL + CONFIGURE + ROUTER + METRICS, []),
+    (["--tags", "router"], ALWAYS + CHECKS + ROUTER, INSTALL + CONFIGURE + METRICS),
+    (["--tags", "metrics"], ALWAYS + CHECKS + METRICS, INSTALL + CONFIGURE + ROUTER),
+    (["--tags", "smoke"], ALWAYS + ["Smoke-test the current release"], CHECKS + INSTALL + CONFIGURE),
+])
+def test_each_phase_selects_its_stages(tags, selected, skipped):
+    out = listed(*tags)
+    for name in selected:
+        assert name in out, (tags, name)
+    for name in skipped:
+        assert name not in out, (tags, name)
+
+
+def includes(node):
+    """Every include_role task of a play's task list, blocks and their rescue/always included."""
+    for task in node or []:
+        if "ansible.builtin.include_role" in task:
+            yield task
+        for part in ("block", "rescue", "always"):
+            yield from includes(task.get(part))
+
+
+def test_every_role_include_applies_its_tags_to_the_role_tasks():
+    plays = yaml.safe_load((ROOT / "deploy.yml").read_text())
+    seen = 0
+    for play in plays:
+        for block in play.get("tasks") or []:
+            own = block.get("tags") or []
+            for task in includes([block]):
+                seen += 1
+                applied = ((task["ansible.builtin.include_role"].get("apply") or {}).get("tags")) or []
+                wanted = set(task.get("tags") or own) - {"never"}
+                assert wanted, f"untagged role include: {task['name']}"
+                assert set(applied) == wanted, f"{task['name']}: apply tags {applied} != {sorted(wanted)}"
+    assert seen >= 14
