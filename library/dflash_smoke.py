@@ -32,13 +32,6 @@ options:
   spec_max_new_tokens: {description: max_new_tokens of the /generate proof request., type: int, default: 64}
   record_dir: {description: Directory where C(<name>.json) gets the C(smoke) record., type: path}
   host: {description: Host name used in messages., type: str, default: ''}
-  release_dir:
-    description: Take the instances (args, unit) from this release's C(manifest.json).
-    type: path
-  names:
-    description: With O(release_dir), only these instances (default all).
-    type: list
-    elements: str
   gates:
     description:
       - Per instance name, its C(smoke_gates) settings (output, speculative and performance gates;
@@ -54,6 +47,7 @@ options:
       - The release the performance gates compare with (the one this release replaces); with
         O(release_dir) its measurement is read from C(<releases>/<id>/smoke/<name>.json).
     type: str
+extends_documentation_fragment: [dflash_release_target]
 author: dflash-deploy
 """
 

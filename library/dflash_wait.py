@@ -48,13 +48,6 @@ options:
     description: Host name used in messages.
     type: str
     default: ''
-  release_dir:
-    description: Take the instances (args, unit) from this release's C(manifest.json).
-    type: path
-  names:
-    description: With O(release_dir), only these instances (default all).
-    type: list
-    elements: str
   smoke:
     description: Once healthy, also run the generation smoke test and speculative proof (C(dflash_smoke)).
     type: bool
@@ -101,6 +94,7 @@ options:
   resume:
     description: Internal. The state a chunked wait returned (restart time, restart result); no restart then.
     type: dict
+extends_documentation_fragment: [dflash_release_target]
 author: dflash-deploy
 """
 

@@ -27,6 +27,10 @@ import time
 import urllib.error
 import urllib.request
 
+try:  # GET /health as the activation (and the boot guard, which runs it standalone) does it
+    from ansible.module_utils.dflash_release.activation import health as _health
+except ImportError:
+    from dflash_release.activation import health as _health
 try:  # a node rank > 0 of a multi-node instance has no HTTP API to smoke-test (dflash_tp.py)
     from ansible.module_utils.dflash_tp import secondary_rank_record
 except ImportError:
@@ -386,13 +390,7 @@ def http_json(method, url, body=None, timeout=30.0, headers=None):
 
 def health_status(url, timeout=1.0):
     """HTTP status of GET url, None when nothing answers in time."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (OSError, urllib.error.URLError, ValueError):
-        return None
+    return _health(url, timeout)
 
 
 # ----------------------------------------------------------------------------- smoke

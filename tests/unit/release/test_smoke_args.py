@@ -15,7 +15,13 @@ ROOT = Path(__file__).resolve().parents[3]
 def documented_options(module):
     tree = ast.parse((ROOT / "library" / f"{module}.py").read_text())
     doc = next(n.value.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "DOCUMENTATION")
-    return yaml.safe_load(doc)["options"]
+    options = yaml.safe_load(doc)["options"]
+    for name in yaml.safe_load(doc).get("extends_documentation_fragment") or []:  # doc_fragments/<name>.py
+        frag = ast.parse((ROOT / "doc_fragments" / f"{name}.py").read_text())
+        cls = next(n for n in frag.body if isinstance(n, ast.ClassDef))
+        text = next(n.value.value for n in cls.body if isinstance(n, ast.Assign) and n.targets[0].id == "DOCUMENTATION")
+        options.update(yaml.safe_load(text)["options"])
+    return options
 
 
 @pytest.mark.parametrize(("module", "timeout_key"), [("dflash_smoke", "timeout"), ("dflash_wait", "smoke_timeout")])
