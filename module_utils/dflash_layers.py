@@ -34,10 +34,12 @@ import time
 try:
     from ansible.module_utils import dflash_overlay as overlay
     from ansible.module_utils.dflash_pep508 import canonical_name
+    from ansible.module_utils.dflash_trash import remove_dirs
     from ansible.module_utils.dflash_wheels import LayerError
 except ImportError:  # pytest imports module_utils/ as plain modules
     import dflash_overlay as overlay
     from dflash_pep508 import canonical_name
+    from dflash_trash import remove_dirs
     from dflash_wheels import LayerError
 
 # 2: overlays are computed (closure less what the parent provides); existing venvs hashed by what
@@ -348,10 +350,7 @@ def prune_layers(prefix, releases_manifests, keep, protect=(), check_mode=False)
         parents[d] = [p for p in (layer_dir_of_site(s, layers_dir) for s in marker.get("parent_site") or []) if p]
     remove = prune_candidates(dirs, releases_manifests, keep, protect, parents)
     if not check_mode:
-        for path in remove:
-            trash = os.path.join(layers_dir, f"{TMP_PREFIX}prune-{os.path.basename(path)}-{secrets.token_hex(4)}")
-            os.rename(path, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+        remove_dirs(remove, layers_dir, TMP_PREFIX)
     return remove
 
 

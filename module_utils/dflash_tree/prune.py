@@ -8,13 +8,14 @@ their manifests; this decides which trees may go.
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 
 try:
+    from ansible.module_utils.dflash_trash import remove_dirs
     from ansible.module_utils.dflash_tree.common import TMP_PREFIX
     from ansible.module_utils.dflash_tree.disk import is_tree_name
 except ImportError:
+    from dflash_trash import remove_dirs
+
     from dflash_tree.common import TMP_PREFIX
     from dflash_tree.disk import is_tree_name
 
@@ -51,8 +52,5 @@ def prune_trees(trees_dir, manifests, protect=(), check_mode=False):
             if os.path.isdir(os.path.join(trees_dir, n)) and not os.path.islink(os.path.join(trees_dir, n))]
     remove = prune_candidates(dirs, manifests, protect, trees_dir=trees_dir)
     if not check_mode:
-        for path in remove:
-            trash = os.path.join(trees_dir, f"{TMP_PREFIX}prune-{os.path.basename(path)}-{secrets.token_hex(4)}")
-            os.rename(path, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+        remove_dirs(remove, trees_dir, TMP_PREFIX)
     return remove
