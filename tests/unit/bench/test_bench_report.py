@@ -147,3 +147,20 @@ def test_compare_to_a_run_and_to_a_release(run_dir, rendered):
     assert s2["compare_name"].startswith("r0 ")  # the newest other run of that release
     s3 = rp.render_run(str(run_dir), compare_to="nothing-like-it", pdf=False, charts=False)
     assert s3["compare"] is None and "no run folder and no run of that release" in s3["warnings"][0]
+
+
+def test_a_cell_says_stand_in_only_when_its_server_says_so():
+    """No inventory flag: the record takes lab_standin from the server's own /get_server_info (after the
+    cell, else before it); a real sglang's info has no such key."""
+    run = {"run": "r", "host": "h", "release_id": "x"}
+    entry = {"name": "c", "algorithm": "DFLASH"}
+    cell = {"id": "c-w-1", "workload": "w", "concurrency": 1}
+
+    def measured(info_after=None, info_before=None):
+        return {"status": "ok", "server_after": {"server_info": info_after} if info_after is not None else {},
+                "server_before": {"server_info": info_before} if info_before is not None else {}}
+
+    assert res.cell_record(run, entry, cell, measured({"lab_standin": True}))["lab_standin"] is True
+    assert res.cell_record(run, entry, cell, measured(None, {"lab_standin": True}))["lab_standin"] is True
+    assert res.cell_record(run, entry, cell, measured({"version": "0.5.11"}))["lab_standin"] is False
+    assert res.cell_record(run, {**entry}, cell, failure={"msg": "never served"})["lab_standin"] is False
