@@ -9,6 +9,8 @@ connection_plugins), real hosts never do.
 
 from __future__ import annotations
 
+import shlex
+
 DOCUMENTATION = """
 name: dflash_podman
 short_description: The podman connection with pipelining, for the lab's containers
@@ -59,10 +61,7 @@ options:
 """
 
 from ansible.plugins.connection import ConnectionBase
-from ansible.utils.display import Display
 from ansible_collections.containers.podman.plugins.connection.podman import Connection as PodmanConnection
-
-display = Display()
 
 
 class Connection(PodmanConnection):
@@ -87,8 +86,6 @@ class Connection(PodmanConnection):
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
         if not self._connected:
             self._connect()
-        import shlex
-
         args = ["exec", "--interactive"] + (["--user", self.user] if self.user else [])
         return self._podman(args, shlex.split(cmd), in_data)
 
