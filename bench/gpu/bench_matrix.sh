@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # playbooks/bench.yml on the lent H200 (issue 14), through the toolkit's own inventory (inventory/gpu,
 # connection local, runner backend), against the release that `STAGES=deploy bash bench/gpu/e2e.sh`
-# deployed in the call before (the machine must still be warm: same /opt/dflash, $HOME/ctl, /srv/models).
+# deployed in the call before (the machine must still be warm: same /opt/dflash, $HOME/ctl, /srv/models),
+# with the dense DFLASH instance h200-dflash (bench/gpu/h200-dflash.yml), the matrix's base:
 #
-#   run(command="STAGES=deploy bash bench/gpu/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
+#   run(command="STAGES=unpack bash bench/gpu/e2e.sh", carry=[".gpu/ctl-wheelhouse.tar.xz"], timeout_s=120)
+#   run(command="DEPLOY_VARS=bench/gpu/h200-dflash.yml STAGES=deploy bash bench/gpu/e2e.sh",
+#       carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
 #   run(command="bash bench/gpu/bench_matrix.sh", timeout_s=600)        # within 30 s of the first
 #
 # The matrix: bench/gpu/bench_h200.yml. Everything comes back as $OUT/bench-results.tgz (the run folder:
@@ -23,7 +26,8 @@ say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || ec
 if [ -n "${DRY_RUN:-}" ]; then
   exec "$PY" -m pytest -q tests/unit/bench/test_bench_plan.py -k h200_matrix_file
 fi
-[ -d "${CTL:-$HOME/ctl}/ansible" ] && [ -L /opt/dflash/current ] || { say "no deployed release: run STAGES=deploy bash bench/gpu/e2e.sh first"; exit 2; }
+[ -d "${CTL:-$HOME/ctl}/ansible" ] && [ -f /opt/dflash/current/instances/h200-dflash.env ] || {
+  say "no deployed h200-dflash: run DEPLOY_VARS=bench/gpu/h200-dflash.yml STAGES=deploy bash bench/gpu/e2e.sh first"; exit 2; }
 export PYTHONPATH=${CTL:-$HOME/ctl} LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
 
@@ -47,7 +51,7 @@ unset DFLASH_ARGS PYTHONPATH CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER LD_LIBRARY_P
 export PYTHONPATH=${CTL:-$HOME/ctl}
 
 say "bench.yml (deadline 470 s inside the playbook; hard stop at $(( 575 - ($(date +%s) - T0) )) s)"
-timeout $(( 575 - ($(date +%s) - T0) )) "$PY" -m ansible.cli.playbook -i inventory/gpu playbooks/bench.yml -e @bench/gpu/bench_h200.yml \
+timeout $(( 575 - ($(date +%s) - T0) )) "$PY" -m ansible.cli.playbook -i inventory/gpu playbooks/bench.yml -e @bench/gpu/h200-dflash.yml -e @bench/gpu/bench_h200.yml \
   -e dflash_bench_results_dir="$OUT/runs" -e dflash_bench_run_name=h200-matrix -e dflash_bench_deadline=470
 say "bench.yml rc=$?"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader

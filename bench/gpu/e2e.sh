@@ -12,7 +12,9 @@
 #
 # Env: STAGES (default "deploy bench again"; also "probe", "fail", "gates"; run in the order deploy, probe,
 # fail, gates, bench, again),
-# BENCH_ARGS (passed to e2e_bench.py), BUDGET_S (default 585: the call's 600 s less the pack-up).
+# BENCH_ARGS (passed to e2e_bench.py), BUDGET_S (default 585: the call's 600 s less the pack-up),
+# DEPLOY_VARS (a vars file given to deploy.yml with -e @, e.g. bench/gpu/h200-dflash.yml: the dense DFLASH
+# instance that bench/gpu/bench_matrix.sh measures, instead of inventory/gpu's hybrid DDTREE one).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/e2e-out}
@@ -27,7 +29,7 @@ nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.used,memory.
 
 # 1. the carried wheelhouses, the controller side installed (bench/gpu/wheels.sh)
 . bench/gpu/wheels.sh
-playbook() { "$PY" -m ansible.cli.playbook -i inventory/gpu "$@"; }
+VARS=(); [ -n "${DEPLOY_VARS:-}" ] && VARS=(-e "@$DEPLOY_VARS")
 say "ansible: $("$PY" -m ansible.cli.playbook --version | head -1)"
 
 # 3. config-only models + an offline tokenizer
@@ -53,7 +55,7 @@ collect() {  # what later tests can use offline
 left() { echo $(( ${BUDGET_S:-585} - ($(date +%s) - T0) )); }
 if [[ " $STAGES " == *" deploy "* ]]; then
   say "deploy.yml (first run)"
-  timeout "$(( $(left) - 30 ))" "$PY" -m ansible.cli.playbook -i inventory/gpu deploy.yml 2>&1 | tee "$OUT/deploy.log"; rc=${PIPESTATUS[0]}
+  timeout "$(( $(left) - 30 ))" "$PY" -m ansible.cli.playbook -i inventory/gpu "${VARS[@]}" deploy.yml 2>&1 | tee "$OUT/deploy.log"; rc=${PIPESTATUS[0]}
   say "deploy rc=$rc"
   collect
 fi
@@ -85,7 +87,7 @@ fi
 
 if [[ " $STAGES " == *" again "* ]] && [ "$(left)" -gt 80 ]; then
   say "deploy.yml again: must change nothing"
-  timeout "$(( $(left) - 20 ))" "$PY" -m ansible.cli.playbook -i inventory/gpu deploy.yml > "$OUT/deploy-again.log" 2>&1
+  timeout "$(( $(left) - 20 ))" "$PY" -m ansible.cli.playbook -i inventory/gpu "${VARS[@]}" deploy.yml > "$OUT/deploy-again.log" 2>&1
   say "second run rc=$? $(grep -A1 'PLAY RECAP' "$OUT/deploy-again.log" | tail -1)"
 fi
 collect

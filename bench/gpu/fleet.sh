@@ -52,7 +52,7 @@ scrape() {  # $1: label; every instance's and the router's /metrics, the router'
   curl -s -m 5 http://127.0.0.1:29000/metrics > "$OUT/$1/metrics-router.txt"
   curl -s -m 5 http://127.0.0.1:30000/workers > "$OUT/$1/workers.json"
   cp /etc/prometheus/file_sd/dflash.json "$OUT/$1/" 2>/dev/null
-  cp /opt/dflash/current/manifest.json "$OUT/$1/manifest-a.json" 2>/dev/null
+  cp /opt/dflash-a/current/manifest.json "$OUT/$1/manifest-a.json" 2>/dev/null
   cp /opt/dflash-b/current/manifest.json "$OUT/$1/manifest-b.json" 2>/dev/null
   cp -a /var/log/dflash/. "$OUT/$1/logs/" 2>/dev/null
   for f in "$OUT/$1"/metrics-*.txt; do
@@ -61,6 +61,15 @@ scrape() {  # $1: label; every instance's and the router's /metrics, the router'
 }
 
 if [[ " $STAGES " == *" deploy "* ]]; then
+  # a server that an earlier call of this warm machine left (bench/gpu/e2e.sh's instance) holds GPU 0:
+  # stopped through the runner module (the fleet's hosts have their own prefixes and do not know it)
+  for f in /run/dflash/*.pid; do
+    [ -e "$f" ] || continue
+    u=$(basename "$f" .pid)
+    case $u in dflash-fleet-*) continue ;; esac
+    say "stopping $u, left by an earlier call: $("$PY" -m ansible.cli.adhoc localhost -m dflash_runner \
+      -a "name=$u state=stopped" -o 2>&1 | grep -o '"changed": [a-z]*' | head -1)"
+  done
   say "deploy.yml: h200-a (canary) then h200-b, one real instance each on GPU 0"
   playbook "${INV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1]}' > "$OUT/deploy.log" 2>&1
   say "deploy rc=$? $(grep -A3 'PLAY RECAP' "$OUT/deploy.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
