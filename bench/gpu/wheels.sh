@@ -6,17 +6,37 @@
 WH=${WH:-$HOME/wh}
 CTL=${CTL:-$HOME/ctl}
 mkdir -p "$WH/ctl"
-if [ -f .gpu/ctl-wheelhouse.tar.xz ]; then
-  rm -rf "$WH/ctl-new" && mkdir -p "$WH/ctl-new" && tar -C "$WH/ctl-new" -xJf .gpu/ctl-wheelhouse.tar.xz || exit 2
+# an archive too big to travel beside the tree comes in parts over several calls (scripts/gpu/split_carry.py):
+# each part is kept in $WH/parts; once all parts of a name are there they are joined into $WH/<name>
+for p in .gpu/*.part[0-9]*of[0-9]*; do
+  [ -f "$p" ] && mkdir -p "$WH/parts" && cp "$p" "$WH/parts/"
+done
+for first in "$WH"/parts/*.part1of*; do
+  [ -f "$first" ] || continue
+  base=${first%.part1of*}; n=${first##*of}; name=$(basename "$base")
+  [ -f "$WH/$name" ] && continue
+  parts=(); for i in $(seq 1 "$n"); do parts+=("$base.part${i}of$n"); done
+  if ls "${parts[@]}" >/dev/null 2>&1; then
+    cat "${parts[@]}" > "$WH/$name.tmp" && mv "$WH/$name.tmp" "$WH/$name" && say "joined $name from $n parts"
+  else
+    say "$name: $(ls "$base".part*of"$n" | wc -l) of $n parts here; carry the others in the next call"
+  fi
+done
+carried() { if [ -f ".gpu/$1" ]; then echo ".gpu/$1"; elif [ -f "$WH/$1" ]; then echo "$WH/$1"; fi; }
+a=$(carried ctl-wheelhouse.tar.xz)
+if [ -n "$a" ]; then
+  rm -rf "$WH/ctl-new" && mkdir -p "$WH/ctl-new" && tar -C "$WH/ctl-new" -xJf "$a" || exit 2
   mv "$WH"/ctl-new/wheelhouse/*.whl "$WH/ctl/" && rm -rf "$WH/ctl-new"
 fi
-if [ -f .gpu/wheelhouse.tar.xz ] && [ ! -d "$WH/wheelhouse" ]; then
-  tar -C "$WH" -xJf .gpu/wheelhouse.tar.xz || exit 2
+a=$(carried wheelhouse.tar.xz)
+if [ -n "$a" ] && [ ! -d "$WH/wheelhouse" ]; then
+  tar -C "$WH" -xJf "$a" || exit 2
 fi
 # an archive built the older way carries the controller wheels inside the overlay's
 mv "$WH"/wheelhouse/ansible_core-* "$WH"/wheelhouse/resolvelib-* "$WH"/wheelhouse/cryptography-* "$WH/ctl/" 2>/dev/null
-if [ -f .gpu/router-wheelhouse.tar.xz ]; then
-  tar -C "$WH" -xJf .gpu/router-wheelhouse.tar.xz || exit 2
+a=$(carried router-wheelhouse.tar.xz)
+if [ -n "$a" ]; then
+  tar -C "$WH" -xJf "$a" || exit 2
 fi
 say "wheelhouse: $(ls "$WH/wheelhouse" 2>/dev/null | wc -l) overlay wheels, $(ls "$WH/ctl" | wc -l) controller wheels"
 [ "$STAGES" = unpack ] && { say "unpacked; now the stages, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
