@@ -34,12 +34,15 @@ nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
 # the block-32 draft for budget 31 (config-only, same shapes as /srv/models/draft)
 "$PY" -c "import sys; sys.path.insert(0, 'scripts/gpu'); import make_models; \
 make_models.write_configs('/srv/models', draft_blocks=(16, 32))" \
-  && cp -n /srv/models/draft/tokenizer* /srv/models/draft32/ && say "models: $(ls /srv/models | tr '\n' ' ')"
+  && cp --update=none /srv/models/draft/tokenizer* /srv/models/draft32/ && say "models: $(ls /srv/models | tr '\n' ' ')"
 
 # cross-check of the toolkit's client against sglang.bench_serving (SGLang's own load generator, from the
 # deployed venv with the instance's env), same request shape, on the idle deployed instance, before the matrix
 set -a; . /opt/dflash/current/instances/h200-dflash.env; set +a
 say "cross-check: sglang.bench_serving vs the toolkit's client, random ids 256 in / 256 out, 4 requests, c1"
+# (the overlay leaves `datasets` out; bench_serving imports it for a dataset this check does not use:
+# bench/gpu/no_datasets stands in for it, and says so if called)
+PYTHONPATH=$PWD/bench/gpu/no_datasets${PYTHONPATH:+:$PYTHONPATH} \
 timeout 60 /opt/dflash/current/venv/bin/python -m sglang.bench_serving --backend sglang \
   --base-url http://127.0.0.1:30001 --dataset-name random-ids --random-input-len 256 --random-output-len 256 \
   --random-range-ratio 1 --num-prompts 4 --max-concurrency 1 --tokenizer /srv/models/target \
