@@ -5,8 +5,11 @@
 # (drain -> restart -> smoke -> back) under a client loop through the router. Records under $OUT.
 #
 #   call 0 (carry [".gpu/ctl-wheelhouse.tar.xz"], timeout_s=120): STAGES=unpack bash bench/gpu/fleet.sh
-#   call 1, warm (carry [".gpu/wheelhouse.tar.xz"]):          STAGES=deploy bash bench/gpu/fleet.sh
-#   call 2, warm (carry [".gpu/router-wheelhouse.tar.xz"]):   STAGES="router roll" bash bench/gpu/fleet.sh
+#   call 1, warm (carry [".gpu/wheelhouse.tar.xz.part2of2"] after the unpack call carried part 1, or nothing
+#     when an earlier call of this machine brought the wheelhouse; plus [".gpu/router-wheelhouse.tar.xz"]):
+#                                                            STAGES="deploy router" bash bench/gpu/fleet.sh
+#     (the first deploy brings the router and the targets too; instances without CUDA graphs: ~1 min a start)
+#   call 2, warm (no carry):                                  STAGES=roll bash bench/gpu/fleet.sh
 #   here, no GPU:                                            DRY_RUN=1 bash bench/gpu/fleet.sh
 #
 # The archives do not fit one call's 64 MiB together with the tree: each later call must come while the
@@ -17,7 +20,9 @@
 # Env: STAGES (deploy | router | roll, in that order), BUDGET_S (default 585), DRY_RUN=1.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-INV=(-i inventory/gpu -i bench/gpu/fleet/hosts.yml)
+# the fleet's own inventory (its group_vars/all is inventory/gpu's): inventory/gpu's localhost must not be among
+# dflash_hosts, since the router fronts every instance of that group, not only the hosts of the run
+INV=(-i bench/gpu/fleet/hosts.yml)
 RINV=("${INV[@]}" -i bench/gpu/fleet/router.yml)
 LIMIT=(-l h200-a,h200-b)
 
@@ -70,8 +75,10 @@ if [[ " $STAGES " == *" deploy "* ]]; then
     say "stopping $u, left by an earlier call: $("$PY" -m ansible.cli.adhoc localhost -m dflash_runner \
       -a "name=$u state=stopped" -o 2>&1 | grep -o '"changed": [a-z]*' | head -1)"
   done
-  say "deploy.yml: h200-a (canary) then h200-b, one real instance each on GPU 0"
-  playbook "${INV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1]}' > "$OUT/deploy.log" 2>&1
+  # with the router stage in the same call, the first deploy already brings the router and the targets
+  DINV=("${INV[@]}"); [[ " $STAGES " == *" router "* ]] && DINV=("${RINV[@]}")
+  say "deploy.yml: h200-a (canary) then h200-b, one real instance each on GPU 0 (${DINV[*]})"
+  playbook "${DINV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1]}' > "$OUT/deploy.log" 2>&1
   say "deploy rc=$? $(grep -A3 'PLAY RECAP' "$OUT/deploy.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
   sed -n '/DFLASH ROLLOUT SUMMARY/,$p' "$OUT/deploy.log" | head -8
   cp "$OUT/summary.json" "$OUT/summary-deploy.json" 2>/dev/null
@@ -79,9 +86,11 @@ if [[ " $STAGES " == *" deploy "* ]]; then
 fi
 
 if [[ " $STAGES " == *" router "* ]]; then
-  say "deploy.yml with the router and the Prometheus targets on h200-a (the instances do not change)"
-  playbook "${RINV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1]}' > "$OUT/router.log" 2>&1
-  say "router deploy rc=$? $(grep -A3 'PLAY RECAP' "$OUT/router.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+  if [[ " $STAGES " != *" deploy "* ]]; then
+    say "deploy.yml with the router and the Prometheus targets on h200-a (the instances do not change)"
+    playbook "${RINV[@]}" "${LIMIT[@]}" deploy.yml -e '{"dflash_rollout_serial": [1, 1]}' > "$OUT/router.log" 2>&1
+    say "router deploy rc=$? $(grep -A3 'PLAY RECAP' "$OUT/router.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+  fi
   "$PY" - "$OUT/through-router.json" <<'PY'
 import json, sys, time, urllib.request
 rows = []
