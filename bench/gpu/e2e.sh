@@ -10,8 +10,8 @@
 #   python3 scripts/gpu/make_wheelhouse.py --compute inventory/gpu/group_vars/all/layers.yml \
 #     --base bench/gpu/h200-base.json --write-list bench/gpu/overlay-wheels.txt .gpu/wheelhouse.tar.xz
 #
-# Env: STAGES (default "deploy bench again"; also "probe", "fail", "gates"; run in the order deploy, probe,
-# fail, gates, bench, again),
+# Env: STAGES (default "deploy bench again"; also "crosscheck", "probe", "fail", "gates"; run in the order
+# deploy, crosscheck, probe, fail, gates, bench, again),
 # BENCH_ARGS (passed to e2e_bench.py), BUDGET_S (default 585: the call's 600 s less the pack-up),
 # DEPLOY_VARS (a vars file given to deploy.yml with -e @, e.g. bench/gpu/h200-dflash.yml: the dense DFLASH
 # instance that bench/gpu/bench_matrix.sh measures, instead of inventory/gpu's hybrid DDTREE one).
@@ -58,6 +58,11 @@ if [[ " $STAGES " == *" deploy "* ]]; then
   timeout "$(( $(left) - 30 ))" "$PY" -m ansible.cli.playbook -i inventory/gpu "${VARS[@]}" deploy.yml 2>&1 | tee "$OUT/deploy.log"; rc=${PIPESTATUS[0]}
   say "deploy rc=$rc"
   collect
+fi
+
+if [[ " $STAGES " == *" crosscheck "* ]]; then
+  say "cross-check: sglang.bench_serving vs the toolkit's client on the deployed h200-dflash"
+  bash bench/gpu/bench_crosscheck.sh "$OUT/crosscheck" 2>&1 | tail -30
 fi
 
 if [[ " $STAGES " == *" probe "* ]]; then
