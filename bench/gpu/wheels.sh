@@ -22,22 +22,18 @@ for first in "$WH"/parts/*.part1of*; do
     say "$name: $(ls "$base".part*of"$n" | wc -l) of $n parts here; carry the others in the next call"
   fi
 done
-carried() { if [ -f ".gpu/$1" ]; then echo ".gpu/$1"; elif [ -f "$WH/$1" ]; then echo "$WH/$1"; fi; }
-a=$(carried ctl-wheelhouse.tar.xz)
-if [ -n "$a" ]; then
-  rm -rf "$WH/ctl-new" && mkdir -p "$WH/ctl-new" && tar -C "$WH/ctl-new" -xJf "$a" || exit 2
-  mv "$WH"/ctl-new/wheelhouse/*.whl "$WH/ctl/" && rm -rf "$WH/ctl-new"
-fi
-a=$(carried wheelhouse.tar.xz)
-if [ -n "$a" ] && [ ! -d "$WH/wheelhouse" ]; then
-  tar -C "$WH" -xJf "$a" || exit 2
-fi
+# unpack NAME DIR: the archive NAME, carried in this call (.gpu/NAME) or joined from parts ($WH/NAME), into DIR
+unpack() {
+  local a=".gpu/$1"; [ -f "$a" ] || a="$WH/$1"
+  [ -f "$a" ] || return 0
+  mkdir -p "$2" && tar -C "$2" -xJf "$a" || exit 2
+}
+rm -rf "$WH/ctl-new" && unpack ctl-wheelhouse.tar.xz "$WH/ctl-new"
+[ -d "$WH/ctl-new" ] && mv "$WH"/ctl-new/wheelhouse/*.whl "$WH/ctl/" && rm -rf "$WH/ctl-new"
+[ -d "$WH/wheelhouse" ] || unpack wheelhouse.tar.xz "$WH"
 # an archive built the older way carries the controller wheels inside the overlay's
 mv "$WH"/wheelhouse/ansible_core-* "$WH"/wheelhouse/resolvelib-* "$WH"/wheelhouse/cryptography-* "$WH/ctl/" 2>/dev/null
-a=$(carried router-wheelhouse.tar.xz)
-if [ -n "$a" ]; then
-  tar -C "$WH" -xJf "$a" || exit 2
-fi
+unpack router-wheelhouse.tar.xz "$WH"
 say "wheelhouse: $(ls "$WH/wheelhouse" 2>/dev/null | wc -l) overlay wheels, $(ls "$WH/ctl" | wc -l) controller wheels"
 [ "$STAGES" = unpack ] && { say "unpacked; now the stages, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
 [ -d "$WH/wheelhouse" ] || { say "no $WH/wheelhouse: carry .gpu/wheelhouse.tar.xz"; exit 2; }

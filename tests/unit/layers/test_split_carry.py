@@ -68,3 +68,5 @@ def test_wheelhouse_in_two_calls(tmp_path):
     assert "joined wheelhouse.tar.xz from 2 parts" in second
     assert (home / "wh/wheelhouse/sglang-0.5.11-py3-none-any.whl").read_bytes() == whl
     assert "1 overlay wheels, 1 controller wheels" in second
+    third = _call(tmp_path / "call3", home, [])  # a later call of the warm machine: nothing joined again
+    assert "joined" not in third and "1 overlay wheels" in third
