@@ -51,14 +51,20 @@ export DFLASH_ROLLOUT_SUMMARY="$OUT/summary.json"
 "$PY" scripts/gpu/make_models.py /srv/models >/dev/null && say "models in /srv/models"
 playbook() { timeout "$(( $(left) - 20 ))" "$PY" -m ansible.cli.playbook "$@"; }
 
+prefix() {  # $1: host -> its dflash_prefix (bench/gpu/fleet/hosts.yml)
+  "$PY" -m ansible.cli.inventory "${INV[@]}" --host "$1" 2>/dev/null \
+    | "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("dflash_prefix", "/opt/dflash"))'
+}
+
 scrape() {  # $1: label; every instance's and the router's /metrics, the router's workers and targets file
   mkdir -p "$OUT/$1"
   for p in 30001 30002; do curl -s -m 5 "http://127.0.0.1:$p/metrics" > "$OUT/$1/metrics-$p.txt"; done
   curl -s -m 5 http://127.0.0.1:29000/metrics > "$OUT/$1/metrics-router.txt"
   curl -s -m 5 http://127.0.0.1:30000/workers > "$OUT/$1/workers.json"
   cp /etc/prometheus/file_sd/dflash.json "$OUT/$1/" 2>/dev/null
-  cp /opt/dflash-a/current/manifest.json "$OUT/$1/manifest-a.json" 2>/dev/null
-  cp /opt/dflash-b/current/manifest.json "$OUT/$1/manifest-b.json" 2>/dev/null
+  for h in a b; do  # each host's release manifest, from the prefix its inventory gives it
+    cp "$(prefix "h200-$h")/current/manifest.json" "$OUT/$1/manifest-$h.json" 2>/dev/null
+  done
   cp -a /var/log/dflash/. "$OUT/$1/logs/" 2>/dev/null
   for f in "$OUT/$1"/metrics-*.txt; do
     say "$(basename "$f"): $(grep -c '^sglang:\|^smg_' "$f") samples; $(grep -m1 '^sglang:spec_accept_length' "$f")"
