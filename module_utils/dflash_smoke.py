@@ -290,6 +290,12 @@ def judge(show: dict, health: int | None, baseline_restarts: int = 0) -> str:
 FAILING = ("failed", "restarted", "exited", "missing")
 
 
+# sglang's /health (and /health_generate) queues a one-token probe request and sleeps a whole second
+# before it looks for the probe's answer (http_server.health_generate, up to 20 s): a healthy server
+# never answers in under 1 s, so a 1 s client timeout reads every healthy answer as none.
+HEALTH_TIMEOUT = 5.0
+
+
 def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monotonic, sleep=time.sleep,
                baseline_restarts=0):
     """Poll every instance until all are healthy, one fails (returned at once) or time is up.
@@ -313,7 +319,7 @@ def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monot
             sh = show(inst["unit"])
             code = None
             if sh.get("ActiveState") in ("active", "activating", "reloading"):
-                code = health(inst["health_url"], min(1.0, remaining))
+                code = health(inst["health_url"], min(HEALTH_TIMEOUT, remaining))
             st.update(show=sh, health=code, polls=st["polls"] + 1)
             base = (baseline_restarts.get(inst["unit"], 0) if isinstance(baseline_restarts, dict)
                     else baseline_restarts)
@@ -388,7 +394,7 @@ def http_json(method, url, body=None, timeout=30.0, headers=None):
         return status, text
 
 
-def health_status(url, timeout=1.0):
+def health_status(url, timeout=HEALTH_TIMEOUT):
     """HTTP status of GET url, None when nothing answers in time."""
     return _health(url, timeout)
 

@@ -79,7 +79,7 @@ class Server:
             self.error = self.error or f"exited rc={self.proc.returncode if self.proc else None}"
             return False
         try:
-            ok = urllib.request.urlopen(self.base + "/health", timeout=3).status == 200
+            ok = urllib.request.urlopen(self.base + "/health", timeout=5).status == 200
         except (OSError, ValueError):
             ok = False  # not listening yet
         if ok:

@@ -68,7 +68,7 @@ def free_port() -> int:
 
 def healthy(port: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
             return r.status == 200
     except OSError:
         return False

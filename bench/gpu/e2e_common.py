@@ -79,7 +79,7 @@ class Server:
 
     def health(self):
         try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2).status
+            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5).status
         except OSError:
             return None
 

@@ -6,7 +6,8 @@ would get. It parses the launch flags like sglang's argparse parser does, says l
 is a stand-in (first log line, ``/get_server_info`` has ``"lab_standin": true``) and answers the
 endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministically:
 
-  GET  /health /health_generate       200, empty body (503 while "starting")
+  GET  /health /health_generate       200, empty body, after DFLASH_STANDIN_HEALTH_DELAY s (default 1,
+                                      as sglang's one-token probe); 503 at once while "starting"
   GET  /v1/models, /v1/models/{name}  OpenAI model list / card
   GET  /get_server_info /server_info  server args + scheduler info + version + lab_standin
   GET  /get_model_info /model_info    model path, is_generation, ...
@@ -454,6 +455,12 @@ class State:
             self.step_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_STEP_DELAY") or 0.002)) / factor
         except ValueError:
             self.step_delay = 0.002 / factor
+        # sglang's /health queues a one-token probe and sleeps 1 s before it looks for the answer: a
+        # healthy real server never answers /health in under a second, and neither does this one
+        try:
+            self.health_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_HEALTH_DELAY") or 1.0))
+        except ValueError:
+            self.health_delay = 1.0
 
     def decode_seconds(self, tokens: int) -> float:
         """The simulated decode time of ``tokens`` tokens (slept before the reply is sent)."""
@@ -611,6 +618,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized(path):
             return
         if path in ("/health", "/health_generate", "/ping"):
+            if path != "/ping" and st.healthy():
+                time.sleep(st.health_delay)  # sglang's probe: >= 1 s before a healthy answer
             self._send(200 if st.healthy() else 503)
         elif path == "/metrics" and not st.args.get("enable_metrics"):
             self._json(404, {"detail": "Not Found"})  # sglang mounts /metrics only with --enable-metrics

@@ -570,7 +570,8 @@ def describe(journal) -> str:
 # ----------------------------------------------------------------------------- what serves, checked
 
 
-def health(url, timeout=2.0):
+def health(url, timeout=5.0):
+    # sglang answers /health only after its one-token probe and a 1 s sleep (see dflash_smoke.HEALTH_TIMEOUT)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status

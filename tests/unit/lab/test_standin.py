@@ -128,8 +128,13 @@ def run_once(args, env=None, flags_file=None, timeout=20):
 
 
 def test_health_and_banner(spec_server):
+    t0 = time.monotonic()
     status, raw, _ = http("GET", spec_server.base + "/health")
     assert status == 200 and raw == b""
+    # like sglang's one-token probe (a 1 s sleep before it looks): a healthy /health takes >= 1 s
+    assert time.monotonic() - t0 >= 1.0
+    t0 = time.monotonic()
+    assert http("GET", spec_server.base + "/ping")[0] == 200 and time.monotonic() - t0 < 1.0
     status, raw, _ = http("GET", spec_server.base + "/health_generate")
     assert status == 200
 

@@ -204,6 +204,24 @@ def test_smoke_passes_on_reasoning_content_and_proves_speculation(server):
     assert chat["model"] == "/dev/shm/Qwen3.6-27B"
 
 
+def test_wait_gives_sglangs_health_probe_more_than_a_second():
+    # sglang 0.5.11 answers a healthy /health after its probe and a 1 s sleep: a client timeout of
+    # 1 s never sees it (the 2026-12-02 H200 deploy waited 300 s beside a server that was ready)
+    ft = FakeTime()
+    running = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
+    inst = [{"name": "a", "unit": "u", "health_url": "A"}]
+    seen = []
+
+    def sglang_health(url, to):
+        seen.append(to)
+        return 200 if to > 1.05 else None
+
+    res = s.wait_units(inst, show=lambda u: running, health=sglang_health, timeout=60, interval=0.25,
+                       clock=ft.clock, sleep=ft.sleep)
+    assert res["verdict"] == "healthy" and seen[0] >= 2.0
+    assert s.HEALTH_TIMEOUT >= 2.0 and s.health_status.__defaults__ == (s.HEALTH_TIMEOUT,)
+
+
 def test_health_status_against_real_server(server):
     assert s.health_status(server.url + "/health") == 200
     assert s.health_status(server.url + "/nope") == 404
