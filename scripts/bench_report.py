@@ -33,7 +33,11 @@ def main(argv=None):
         text = dflash_bench.charts.png_text(a.png)
         print(json.dumps(json.loads(text.get("Description", "{}")), indent=1))
         return 0
-    summary = dflash_bench.report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)
+    try:
+        summary = dflash_bench.report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)
+    except (OSError, ValueError) as exc:
+        print(f"{a.run_dir}: cannot render the report: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(dflash_bench.report.lines(summary)))
     return 0
 

@@ -26,6 +26,14 @@ def render_run(run_dir, compare_to=None, results_dir=None, pdf=True, charts=True
     """-> {files, charts, rows, cells, failed, standin, compare, warnings}."""
     data = res.load_run(run_dir)
     run, cells = data["run"], data["cells"]
+    if not cells:  # the cells are the source: without them the tables would be rewritten empty
+        try:
+            had = len(res.read_json(os.path.join(run_dir, "results.json")).get("rows") or [])
+        except (OSError, ValueError):
+            had = 0
+        if had:
+            raise ValueError(f"no cells/*.json in {run_dir}, but its results.json has {had} rows: "
+                             "restore the cells folder (e.g. unpack cells.tar.xz there) before rendering again")
     rows = [res.row(c) for c in cells]
     standin = any(r.get("lab_standin") for r in rows) or bool(run.get("lab_standin"))
     files, warnings = [], []

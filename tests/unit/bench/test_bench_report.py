@@ -164,3 +164,13 @@ def test_a_cell_says_stand_in_only_when_its_server_says_so():
     assert res.cell_record(run, entry, cell, measured(None, {"lab_standin": True}))["lab_standin"] is True
     assert res.cell_record(run, entry, cell, measured({"version": "0.5.11"}))["lab_standin"] is False
     assert res.cell_record(run, {**entry}, cell, failure={"msg": "never served"})["lab_standin"] is False
+
+
+def test_render_refuses_to_empty_a_run_whose_cells_are_gone(run_dir, rendered, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    before = (copy / "results.json").read_text()
+    shutil.rmtree(copy / "cells")
+    with pytest.raises(ValueError, match="no cells"):
+        rp.render_run(str(copy), pdf=False, charts=False)
+    assert (copy / "results.json").read_text() == before  # nothing rewritten
