@@ -10,6 +10,8 @@
 #                                                            STAGES="deploy router" bash bench/gpu/fleet.sh
 #     (the first deploy brings the router and the targets too; instances without CUDA graphs: ~1 min a start)
 #   call 2, warm (no carry):                                  STAGES=roll bash bench/gpu/fleet.sh
+#   or, when one call cannot hold two installs and two starts: call 1 as STAGES=install (both hosts' layers,
+#     tree and probe in one batch, nothing serves yet), then STAGES="deploy router", then STAGES=roll
 #   here, no GPU:                                            DRY_RUN=1 bash bench/gpu/fleet.sh
 #
 # The archives do not fit one call's 64 MiB together with the tree: each later call must come while the
@@ -17,7 +19,7 @@
 #   python3 scripts/gpu/make_wheelhouse.py bench/gpu/controller-wheels.txt .gpu/ctl-wheelhouse.tar.xz
 #   (the overlay's: see bench/gpu/e2e.sh)
 #   python3 scripts/gpu/make_wheelhouse.py bench/gpu/router-wheels.txt .gpu/router-wheelhouse.tar.xz
-# Env: STAGES (deploy | router | roll, in that order), BUDGET_S (default 585), DRY_RUN=1.
+# Env: STAGES (install | deploy | router | roll, in that order), BUDGET_S (default 585), DRY_RUN=1.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # the fleet's own inventory (its group_vars/all is inventory/gpu's): inventory/gpu's localhost must not be among
@@ -70,6 +72,15 @@ scrape() {  # $1: label; every instance's and the router's /metrics, the router'
     say "$(basename "$f"): $(grep -c '^sglang:\|^smg_' "$f") samples; $(grep -m1 '^sglang:spec_accept_length' "$f")"
   done
 }
+
+if [[ " $STAGES " == *" install "* ]]; then
+  # deploy.yml's install phase for both hosts in one batch: layers, tree and probe (nothing that serves
+  # changes, so no canary is needed); the deploy stage then finds them built and only starts and smoke-tests
+  say "deploy.yml --tags install: h200-a and h200-b together"
+  playbook "${INV[@]}" "${LIMIT[@]}" deploy.yml --tags install -e '{"dflash_rollout_serial": [2]}' \
+    > "$OUT/install.log" 2>&1
+  say "install rc=$? $(grep -A3 'PLAY RECAP' "$OUT/install.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+fi
 
 if [[ " $STAGES " == *" deploy "* ]]; then
   # a server that an earlier call of this warm machine left (bench/gpu/e2e.sh's instance) holds GPU 0:
