@@ -364,6 +364,9 @@ def describe_failure(name, st, diagnosis=None) -> str:
         msg += f"; cause={diagnosis.get('cause')}: {diagnosis.get('summary')}"
         if diagnosis.get("remedy"):
             msg += f"; remedy: {diagnosis['remedy']}"
+        if st.get("verdict") == "timeout" and "the server reported ready" in str(diagnosis.get("summary")):
+            msg += (f"; the log says the server is up but /health gave no 200 within {HEALTH_TIMEOUT:g} s a poll: "
+                    "check that the health URL (host, port, API key, proxy) reaches this server")
     return msg
 
 

@@ -44,11 +44,19 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     seg_matches: list[_Match] = []
     seg_no, seg = len(segs), segs[-1] if segs else (0, 0)
     weak_only: list[_Match] = []
+    survived: list[_Match] = []
     # latest start of the unit that failed; if none failed, the whole log
     for i in range(len(segs) - 1, -1, -1):
         a, b = segs[i]
         lo, hi = bisect.bisect_left(rule_lines, a), bisect.bisect_left(rule_lines, b)
         ms = [m for li in rule_lines[lo:hi] for m in _match_line(lines[li])]
+        # an error the same start went on past, to the end of its warm-up, did not stop the server
+        ready = [r for r in scan.ready_lines if a <= r < b]
+        gone_past = [m for m in ms if not m.rule.weak and ready and ready[-1] > m.line.index]
+        if gone_past:
+            ms = [m for m in ms if m not in gone_past]
+            if i == len(segs) - 1:
+                survived = gone_past
         pick = _pick(ms)
         if pick:
             chosen, seg_matches, seg_no, seg = pick, ms, i + 1, (a, b)
@@ -83,7 +91,10 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
             chosen = hint  # a warning that explains a crash nobody named
     if chosen is None:
         healthy = [lines[i] for i in scan.healthy_lines]
-        generic = superseded[1] if superseded else _first_generic_failure(lines)
+        # a generic error line before the end of the last start's warm-up did not stop it either
+        last_seg = segs[-1] if segs else (0, len(lines))
+        ready = [r for r in scan.ready_lines if last_seg[0] <= r < last_seg[1]]
+        generic = superseded[1] if superseded else _first_generic_failure(lines[ready[-1]:] if ready else lines)
         notes = "; ".join(sorted({m.rule.summary.split("{")[0].strip() for m in weak_only}))
         if generic is not None:
             first = _generic_text(lines, generic)
@@ -120,6 +131,18 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
                 result["summary"] += f"; warnings only: {notes}"
             result["remedy"] = "nothing to fix from this log"
             result["evidence"] = [_clip(healthy[-1].raw)] if healthy else []
+            if survived:
+                kept = []
+                for m in sorted(survived, key=lambda m: m.line.index):
+                    text = m.rule.summary.format_map(_fill(m, facts, lines, m.line.raw))
+                    if text not in kept:
+                        kept.append(text)
+                result["summary"] += ("; errors the server survived (logged before it was up and ready): "
+                                      + "; ".join(kept))
+                result["survived"] = kept
+                result["remedy"] = ("nothing stopped the server; what the survived errors need (e.g. an optional "
+                                    "module for one endpoint) is missing until fixed, as their lines say")
+                result["evidence"] = [_clip(m.line.raw) for m in survived[:3]] + result["evidence"]
         return result
 
     # the text around the decision (remedy details such as OOM numbers or NCCL hints come from here)

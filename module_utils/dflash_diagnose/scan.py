@@ -197,6 +197,10 @@ def _lines_with(lines: list[_Line], low_text: str, starts: list[int], words) -> 
             pos = low_text.find(word, nxt)
     return found
 
+# Lines that show the server finished its start-up, warm-up request included: an error logged before one of
+# these (in the same start) did not stop the server (sglang catches some, e.g. a missing optional module).
+READY_RE = re.compile(r"The server is fired up and ready to roll|lab stand-in: serving", re.IGNORECASE)
+
 
 class _Scan:
     """The candidate lines of a log, found once over the whole (lower-cased) text."""
@@ -215,6 +219,7 @@ class _Scan:
         last = next((i for i in reversed(cands) if HEALTHY_RE.search(lines[i].raw)), None)
         # the first and the last line that shows the server up (all that the verdict needs)
         self.healthy_lines = sorted({i for i in (first, last) if i is not None})
+        self.ready_lines = [i for i in cands if READY_RE.search(lines[i].raw)]
         self.start_lines = sorted(i for i in _lines_with(lines, low, starts, ("started",))
                                   if START_RE.search(lines[i].raw))
 

@@ -161,6 +161,22 @@ def test_warning_then_healthy_is_no_failure():
     assert "warnings only" in r["summary"]
 
 
+def test_an_error_the_start_went_on_past_is_survived_not_the_cause():
+    caught = "ModuleNotFoundError: No module named 'openai_harmony'\n"
+    ready = "[2026-12-02 08:33:06] The server is fired up and ready to roll!\n"
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    r = diagnose_text(caught + ready)
+    assert r["cause"] == "unknown" and r["survived"] and "openai_harmony" in r["summary"]
+    # the same line after the warm-up, or without one, is the cause
+    assert diagnose_text(ready + caught)["cause"] == "missing_module"
+    assert diagnose_text(caught)["cause"] == "missing_module"
+    # a survived error does not hide a crash after the server was up
+    assert diagnose_text(caught + ready + oom)["cause"] == "cuda_oom"
+    # only the end of the warm-up counts: "Uvicorn running" comes before the warm-up request
+    assert diagnose_text(caught + "INFO:     Uvicorn running on http://127.0.0.1:30001\n")["cause"] == \
+        "missing_module"
+
+
 def test_warning_then_crash_names_the_warning():
     log = (
         "[2026-05-23 10:15:02] WARNING: SM 12.x requires CUDA >= 12.9 for FlashInfer JIT\n"

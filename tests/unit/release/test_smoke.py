@@ -294,3 +294,13 @@ def test_smoke_all_records_every_instance_and_names_failures(tmp_path, server):
     assert failed == ["bad"] and res["good"]["passed"] and not res["bad"]["passed"]
     assert msgs == [f"ct200: instance bad: smoke failed: {res['bad']['error']}"]
     assert json.loads((tmp_path / "bad.json").read_text())["smoke"]["passed"] is False
+
+
+def test_timeout_beside_a_server_that_says_ready_points_at_the_health_poll():
+    st = {"verdict": "timeout", "seconds": 300.0, "health": None,
+          "show": {"ActiveState": "active", "SubState": "running", "NRestarts": 0}}
+    diag = {"cause": "unknown", "remedy": "nothing to fix from this log",
+            "summary": "no failure found in x.log (83 lines; the server reported ready)"}
+    msg = s.describe_failure("h200-dflash", st, diag)
+    assert "hang" in msg and "the log says the server is up but /health gave no 200" in msg
+    assert "/health gave no 200" not in s.describe_failure("a", st, {"cause": "cuda_oom", "summary": "OOM"})
