@@ -20,6 +20,7 @@ options:
           default: {}}
   workloads: {description: Workload names., type: list, elements: str, required: true}
   concurrency: {description: Concurrency levels., type: list, elements: int, required: true}
+  repeats: {description: "How many times each cell is measured (1 to 20; the report gives the median and the spread).", type: int, default: 1}
   base_instance: {description: Release instance whose flags are the base (default the first speculative)., type: str}
   gpus: {description: GPUs the temporary instances may use (default the free ones)., type: list, elements: int,
          default: []}
@@ -62,6 +63,7 @@ def main():
             "sweep": {"type": "dict", "default": {}},
             "workloads": {"type": "list", "elements": "str", "required": True},
             "concurrency": {"type": "list", "elements": "int", "required": True},
+            "repeats": {"type": "int", "default": 1},
             "base_instance": {"type": "str"},
             "gpus": {"type": "list", "elements": "int", "default": []},
             "allow_busy_gpus": {"type": "bool", "default": False},
@@ -101,7 +103,7 @@ def main():
             drafts.add(d)
     facts = gather_host_facts([{"draft_model_path": d} for d in sorted(drafts)])
     opts = {k: p[k] for k in ("base_instance", "gpus", "allow_busy_gpus", "port_range", "parallel", "extra_args",
-                              "workloads", "concurrency", "start_timeout", "cell_timeout")}
+                              "workloads", "concurrency", "repeats", "start_timeout", "cell_timeout")}
     try:
         result = plan(host, manifest, release_path, configs, p["fingerprint"], facts["listeners"], facts["drafts"],
                       opts) if configs else None

@@ -31,7 +31,7 @@ def _v(value, fmt="{:.1f}"):
     return fmt.format(value) if isinstance(value, float) else esc(value)
 
 
-def render(run, rows, configs, charts, compare=None, compare_name=None) -> str:
+def render(run, rows, configs, charts, compare=None, compare_name=None, spread=None) -> str:
     standin = any(r.get("lab_standin") for r in rows) or run.get("lab_standin")
     rel = run.get("release") or {}
     t = [r"\documentclass[10pt]{article}", r"\usepackage[a4paper,margin=18mm,landscape]{geometry}",
@@ -51,12 +51,14 @@ def render(run, rows, configs, charts, compare=None, compare_name=None) -> str:
           r"\end{itemize}",
           (r"Accept length = completion tokens / verify steps of the cell's requests (the server's meta\_info); "
           r"it stands beside every throughput figure: near 1, the draft is almost never right.\par\medskip"),
+          *_spread(spread),
           r"\footnotesize",
           r"\begin{longtable}{llrlrrrrrr}",
           (r"configuration & workload & conc. & status & tok/s & accept & verify & /metrics acc. & TTFT p50 ms & "
           r"ITL p50 ms \\ \hline \endhead")]
     for r in rows:
-        t.append(" & ".join([esc(r["config"]), esc(r["workload"]), str(r["concurrency"]), esc(r["status"]),
+        t.append(" & ".join([esc(r["config"] + (f" r{r['repeat']}" if spread else "")), esc(r["workload"]),
+                             str(r["concurrency"]), esc(r["status"]),
                              _v(r["output_tok_s"]), _v(r["accept_length"], "{:.2f}"), _v(r["spec_verify_ct"]),
                              _v(r["accept_length_metrics"], "{:.2f}"), _v(r["ttft_p50_ms"]),
                              _v(r["itl_p50_ms"], "{:.2f}")]) + r" \\")
@@ -86,6 +88,20 @@ def render(run, rows, configs, charts, compare=None, compare_name=None) -> str:
               r"\texttt{\footnotesize " + esc(" ".join(c.get("args") or [])) + r"}\par\smallskip"]
     t.append(r"\end{document}")
     return "\n".join(t) + "\n"
+
+
+def _spread(spread) -> list:
+    if not spread:
+        return []
+    t = [r"\subsection*{Repeats: median and spread per cell}",
+         (r"max/min is the run-to-run spread of the cell's tok/s; a smaller difference between configurations is "
+          r"not a result.\par\smallskip"), r"\footnotesize", r"\begin{longtable}{llrrrrrr}",
+         r"configuration & workload & conc. & measured & median tok/s & min & max & max/min \\ \hline \endhead"]
+    for s in spread:
+        t.append(" & ".join([esc(s["config"]), esc(s["workload"]), str(s["concurrency"]),
+                             f"{s['measured']}/{s['repeats']}", _v(s["tok_s_median"]), _v(s["tok_s_min"]),
+                             _v(s["tok_s_max"]), _v(s["spread"], "{:.3f}")]) + r" \\")
+    return t + [r"\end{longtable}", r"\normalsize", r"\subsection*{Every repeat}"]
 
 
 def engine():

@@ -23,12 +23,13 @@ def _table(header, lines) -> list:
     return out
 
 
-def cells_table(rows) -> list:
-    header = ["configuration", "workload", "conc.", "status", "tok/s", "accept len.", "verify steps",
-              "/metrics accept", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "prefix reuse"]
+def cells_table(rows, repeats=False) -> list:
+    header = ["configuration", "workload", "conc.", *(["rep."] if repeats else []), "status", "tok/s", "accept len.",
+              "verify steps", "/metrics accept", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "prefix reuse"]
     lines = []
     for r in rows:
-        lines.append([r["config"], r["workload"], r["concurrency"], r["status"], _v(r["output_tok_s"]),
+        lines.append([r["config"], r["workload"], r["concurrency"], *([r.get("repeat")] if repeats else []),
+                      r["status"], _v(r["output_tok_s"]),
                       _v(r["accept_length"], "{:.2f}"), _v(r["spec_verify_ct"]),
                       _v(r["accept_length_metrics"], "{:.2f}"),
                       f"{_v(r['ttft_p50_ms'])} / {_v(r['ttft_p99_ms'])}", (f"{_v(r['itl_p50_ms'], '{:.2f}')} / "
@@ -36,7 +37,15 @@ def cells_table(rows) -> list:
     return _table(header, lines)
 
 
-def render(run, rows, configs, charts, compare=None, compare_name=None, workloads_text=None) -> str:
+def spread_table(spread) -> list:
+    return _table(["configuration", "workload", "conc.", "measured", "median tok/s", "min - max tok/s", "max / min",
+                   "median accept len."],
+                  [[s["config"], s["workload"], s["concurrency"], f"{s['measured']} of {s['repeats']}",
+                    _v(s["tok_s_median"]), f"{_v(s['tok_s_min'])} - {_v(s['tok_s_max'])}",
+                    _v(s["spread"], "{:.3f}"), _v(s["accept_median"], "{:.2f}")] for s in spread])
+
+
+def render(run, rows, configs, charts, compare=None, compare_name=None, workloads_text=None, spread=None) -> str:
     """The whole Markdown report."""
     standin = any(r.get("lab_standin") for r in rows) or run.get("lab_standin")
     rel = run.get("release") or {}
@@ -65,7 +74,13 @@ def render(run, rows, configs, charts, compare=None, compare_name=None, workload
         "trusting throughput."), ""]
     if workloads_text:
         out += ["## Workloads", ""] + [f"- **{k}**: {v}" for k, v in workloads_text.items()] + [""]
-    out += ["## Results", ""] + cells_table(rows) + [""]
+    if spread:
+        out += ["## Repeats: median and spread per cell", "",
+                (f"Every cell was measured {max(s['repeats'] for s in spread)} times on the same server, one pass over "
+                 "its workloads after the other. max / min is the run-to-run spread of that cell's tok/s: a "
+                 "difference between configurations smaller than it is not a result. Charts and the comparison use "
+                 "the medians."), ""] + spread_table(spread) + [""]
+    out += ["## Results" + (" (every repeat)" if spread else ""), ""] + cells_table(rows, bool(spread)) + [""]
     if failed:
         out += ["## Failed cells", ""]
         for r in failed:

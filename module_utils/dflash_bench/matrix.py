@@ -200,16 +200,31 @@ def waves(configs, parallel=1) -> list:
     return out
 
 
-def cells(wave_list, workloads, concurrency) -> list:
-    """Every cell in run order, numbered from 1: [{n, id, config, workload, concurrency, wave}]."""
+def cells(wave_list, workloads, concurrency, repeats=1) -> list:
+    """Every cell in run order, numbered from 1: [{n, id, config, workload, concurrency, wave, repeat}].
+    With repeats > 1 every cell of a configuration is measured that many times, one pass over its
+    workloads and concurrency levels after the other (ids end in __r1, __r2, ...)."""
+    repeats = max(1, int(repeats or 1))
     out = []
     for w, wave in enumerate(wave_list):
         for cfg in wave:
-            for workload in workloads:
-                for conc in concurrency:
-                    out.append({"n": len(out) + 1, "id": cell_id(cfg["name"], workload, conc), "config": cfg["name"],
-                                "workload": workload, "concurrency": int(conc), "wave": w})
+            for rep in range(1, repeats + 1):
+                for workload in workloads:
+                    for conc in concurrency:
+                        cid = cell_id(cfg["name"], workload, conc) + (f"__r{rep}" if repeats > 1 else "")
+                        out.append({"n": len(out) + 1, "id": cid, "config": cfg["name"], "workload": workload,
+                                    "concurrency": int(conc), "wave": w, "repeat": rep})
     return out
+
+
+MAX_REPEATS = 20
+
+
+def check_repeats(repeats, host="host") -> list:
+    r = None if isinstance(repeats, float) and not repeats.is_integer() else _int(repeats)
+    if r is None or not 1 <= r <= MAX_REPEATS:
+        return [f"{host}: dflash_bench_repeats: {repeats!r} is not a whole number from 1 to {MAX_REPEATS}"]
+    return []
 
 
 def fmt_seconds(seconds) -> str:

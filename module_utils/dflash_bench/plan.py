@@ -84,11 +84,12 @@ def block_size(args, draft_blocks: dict, draft: str | None):
 
 def plan(host, manifest, release_path, configs, fingerprint, listeners, draft_blocks, opts) -> dict:
     """The run plan. ``opts``: base_instance, gpus, allow_busy_gpus, port_range [lo, hi], parallel,
-    extra_args, workloads, concurrency, start_timeout, cell_timeout. Raises MatrixError (all errors)."""
+    extra_args, workloads, concurrency, repeats, start_timeout, cell_timeout. Raises MatrixError (all errors)."""
     errors = []
     base_name, base = pick_base(manifest, opts.get("base_instance"), host)
     base = dict(base, name=base_name)
     errors += mx.check_workloads(opts.get("workloads"), opts.get("concurrency"), host)
+    errors += mx.check_repeats(opts.get("repeats", 1), host)
     fp_gpus = {g.get("index") for g in (fingerprint or {}).get("gpus") or [] if g.get("index") is not None}
     pool = [int(g) for g in opts.get("gpus") or []] or free_gpus(fingerprint)
     started = [c for c in configs if not c.get("running")]
@@ -158,8 +159,9 @@ def plan(host, manifest, release_path, configs, fingerprint, listeners, draft_bl
     if errors:
         raise mx.MatrixError(errors)
     order = [[c["name"] for c in w] for w in wave_list]
-    cell_list = mx.cells(wave_list, opts.get("workloads"), opts.get("concurrency"))
-    per_config = len(opts.get("workloads") or []) * len(opts.get("concurrency") or [])
+    repeats = int(opts.get("repeats", 1))
+    cell_list = mx.cells(wave_list, opts.get("workloads"), opts.get("concurrency"), repeats)
+    per_config = len(opts.get("workloads") or []) * len(opts.get("concurrency") or []) * repeats
     bound = int(opts.get("start_timeout", 300)) + int(opts.get("cell_timeout", 120)) * per_config * \
         max(len(w) for w in wave_list) + 120
     return {

@@ -27,7 +27,8 @@ except ImportError:
 SECRET_ENV_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 REDACTED = "<redacted>"
-ROW_FIELDS = ("config", "algorithm", "budget", "topk", "attention_backend", "tp", "workload", "concurrency", "status",
+ROW_FIELDS = ("config", "algorithm", "budget", "topk", "attention_backend", "tp", "workload", "concurrency", "repeat",
+              "status",
               "output_tok_s", "accept_length", "spec_verify_ct", "accept_length_metrics", "accept_length_server",
               "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "requests", "completed",
               "output_tokens", "cached_ratio", "wall_s", "cause")
@@ -83,7 +84,7 @@ def cell_record(run, entry, cell, measured=None, failure=None) -> dict:
     rec = {"run": run.get("run"), "host": run.get("host"), "release_id": run.get("release_id"),
            "fingerprint_digest": run.get("fingerprint_digest"), "lab_standin": False,
            "cell": cell["id"], "n": cell.get("n"), "config": config_view(entry), "workload": cell["workload"],
-           "concurrency": int(cell["concurrency"])}
+           "concurrency": int(cell["concurrency"]), "repeat": int(cell.get("repeat") or 1)}
     if failure:
         diag = failure.get("diagnosis") or {}
         rec.update(status=failure.get("status", "failed"), stage=failure.get("stage"), error=failure.get("msg"),
@@ -175,7 +176,7 @@ def row(rec) -> dict:
         "topk": cfg.get("topk"), "attention_backend": cfg.get("attention_backend") or _flag(cfg.get("args"),
                                                                                               "--attention-backend"),
         "tp": cfg.get("tp") or (len(cfg["gpus"]) if cfg.get("gpus") else None), "workload": rec.get("workload"),
-        "concurrency": rec.get("concurrency"), "status": rec.get("status"),
+        "concurrency": rec.get("concurrency"), "repeat": rec.get("repeat") or 1, "status": rec.get("status"),
         "output_tok_s": s.get("output_tok_s"), "accept_length": s.get("accept_length"),
         "spec_verify_ct": s.get("spec_verify_ct"),
         "accept_length_metrics": None if cfg.get("algorithm") == "NONE"
@@ -266,3 +267,49 @@ def compare(rows_new, rows_old) -> list:
                     "accept_ratio": ratio(r.get("accept_length"), o.get("accept_length")),
                     "status": r.get("status"), "status_other": o.get("status", "absent")})
     return out
+
+
+# the figures of a row that are medians over a cell's repeats
+MEDIAN_FIELDS = ("output_tok_s", "accept_length", "spec_verify_ct", "accept_length_metrics", "accept_length_server",
+                 "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "cached_ratio", "wall_s")
+
+
+def _median(values):
+    vals = sorted(v for v in values if isinstance(v, (int, float)))
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def medians(rows):
+    """Rows measured several times (repeats) -> (one row per configuration, workload and concurrency with
+    the medians of its measured repeats, the spread of each: [{config, workload, concurrency, repeats,
+    measured, tok_s_median, tok_s_min, tok_s_max, spread (max/min), accept_median}]). Without repeats
+    the rows come back as they are and the spread is empty."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["config"], r["workload"], r["concurrency"]), []).append(r)
+    if all(len(g) == 1 for g in groups.values()):
+        return list(rows), []
+    out, spread = [], []
+    for (cfg, workload, conc), group in groups.items():
+        ok = [r for r in group if r.get("status") in ("ok", "partial") and r.get("output_tok_s") is not None]
+        row = dict(group[0], cell=cell_key(cfg, workload, conc), repeat=None, repeats=len(group))
+        for field in MEDIAN_FIELDS:
+            row[field] = _median(r.get(field) for r in ok)
+        row["status"] = ("ok" if len(ok) == len(group) and all(r["status"] == "ok" for r in ok)
+                         else "partial" if ok else group[0].get("status"))
+        if not ok:
+            row["cause"] = next((r.get("cause") for r in group if r.get("cause")), None)
+        out.append(row)
+        tok = [r["output_tok_s"] for r in ok]
+        spread.append({"config": cfg, "workload": workload, "concurrency": conc, "repeats": len(group),
+                       "measured": len(ok), "tok_s_median": row["output_tok_s"],
+                       "tok_s_min": min(tok) if tok else None, "tok_s_max": max(tok) if tok else None,
+                       "spread": ratio(max(tok), min(tok)) if tok else None, "accept_median": row["accept_length"]})
+    return out, spread
+
+
+def cell_key(config, workload, concurrency) -> str:
+    return f"{config}__{workload}__c{int(concurrency)}"

@@ -65,8 +65,22 @@ def test_waves_put_running_instances_first_and_group_the_rest():
     cells = mx.cells(waves, ["seeds", "agent"], [1, 4])
     assert len(cells) == 5 * 2 * 2 and [c["n"] for c in cells] == list(range(1, 21))
     assert cells[0] == {"n": 1, "id": "running-main__seeds__c1", "config": "running-main", "workload": "seeds",
-                        "concurrency": 1, "wave": 0}
+                        "concurrency": 1, "wave": 0, "repeat": 1}
     assert cells[-1]["id"] == "ddtree-b15-k8__agent__c4" and cells[-1]["wave"] == 2
+
+
+def test_repeats_measure_each_cell_again_on_the_same_server():
+    waves = [[{"name": "dflash"}], [{"name": "none"}]]
+    cells = mx.cells(waves, ["seeds", "agent"], [1, 4], repeats=3)
+    assert len(cells) == 2 * 3 * 2 * 2 and len({c["id"] for c in cells}) == len(cells)
+    first = [c["id"] for c in cells if c["config"] == "dflash"]
+    assert first[:5] == ["dflash__seeds__c1__r1", "dflash__seeds__c4__r1", "dflash__agent__c1__r1",
+                         "dflash__agent__c4__r1", "dflash__seeds__c1__r2"]
+    assert [c["repeat"] for c in cells if c["id"].startswith("none__seeds__c1")] == [1, 2, 3]
+    assert mx.check_repeats(3) == [] and mx.check_repeats("2") == []
+    for bad in (0, 21, "x", None, 1.5):
+        assert mx.check_repeats(bad, "ct200") == [
+            f"ct200: dflash_bench_repeats: {bad!r} is not a whole number from 1 to 20"], bad
 
 
 def test_progress_line():

@@ -174,3 +174,39 @@ def test_render_refuses_to_empty_a_run_whose_cells_are_gone(run_dir, rendered, t
     with pytest.raises(ValueError, match="no cells"):
         rp.render_run(str(copy), pdf=False, charts=False)
     assert (copy / "results.json").read_text() == before  # nothing rewritten
+
+
+def test_repeats_give_medians_and_spread_on_the_h200_matrix(tmp_path):
+    """The two H200 runs of 2026-12-02 (bench/gpu/results/2026-12-02-h200-bench) as the two repeats of one run."""
+    import tarfile
+
+    rec = ROOT / "bench/gpu/results/2026-12-02-h200-bench"
+    run = tmp_path / "h200"
+    (run / "cells").mkdir(parents=True)
+    shutil.copy(rec / "run-1" / "run.json", run / "run.json")
+    figures = {}
+    for rep, name in ((1, "run-1"), (2, "run-2")):
+        with tarfile.open(rec / name / "cells.tar.xz") as tf:
+            for m in tf.getmembers():
+                if m.name.endswith(".json"):
+                    d = json.load(tf.extractfile(m))
+                    key = (d["config"]["name"], d["workload"], d["concurrency"])
+                    figures.setdefault(key, []).append(d["summary"]["output_tok_s"])
+                    d["repeat"], d["cell"] = rep, d["cell"] + f"__r{rep}"
+                    (run / "cells" / (d["cell"] + ".json")).write_text(json.dumps(d))
+    s = rp.render_run(str(run), pdf=False, charts=False)
+    assert len(s["rows"]) == 96 and len(s["spread"]) == 48 and not s["failed"]
+    for sp in s["spread"]:
+        both = figures[(sp["config"], sp["workload"], sp["concurrency"])]
+        assert sp["measured"] == sp["repeats"] == 2
+        assert (sp["tok_s_min"], sp["tok_s_max"]) == (min(both), max(both))
+        assert sp["tok_s_median"] == pytest.approx(sum(both) / 2)
+        assert sp["spread"] == pytest.approx(max(both) / min(both), abs=1e-3)
+    worst = max(s["spread"], key=lambda x: x["spread"])
+    assert (worst["config"], worst["workload"], worst["concurrency"]) == ("ddtree-b15-k1", "seeds", 4)
+    md = (run / "report.md").read_text()
+    assert "## Repeats: median and spread per cell" in md and "## Results (every repeat)" in md
+    assert "| ddtree-b15-k1 | seeds | 4 | 2 of 2 | 466.1 | 334.9 - 597.3 | 1.783 |" in md
+    assert "Repeats: median and spread" in (run / "report.tex").read_text()
+    csv_head = (run / "results.csv").read_text().splitlines()[0].split(",")
+    assert csv_head[csv_head.index("concurrency") + 1] == "repeat"
