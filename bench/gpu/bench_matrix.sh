@@ -6,9 +6,10 @@
 #
 #   run(command="STAGES=unpack bash bench/gpu/e2e.sh",
 #       carry=[".gpu/ctl-wheelhouse.tar.xz", ".gpu/wheelhouse.tar.xz.part1of2"], timeout_s=120)
-#   run(command='DEPLOY_VARS=bench/gpu/h200-dflash.yml STAGES="deploy crosscheck" bash bench/gpu/e2e.sh',
+#   run(command='KEEP=1 DEPLOY_VARS=bench/gpu/h200-dflash.yml STAGES="deploy crosscheck" bash bench/gpu/e2e.sh',
 #       carry=[".gpu/wheelhouse.tar.xz.part2of2"], timeout_s=600)
 #   run(command="bash bench/gpu/bench_matrix.sh", timeout_s=600)        # within 30 s of the one before
+# (KEEP=1 bash bench/gpu/bench_matrix.sh to run it again in a further call; the last call stops every server)
 # (the parts: python3 scripts/gpu/split_carry.py .gpu/wheelhouse.tar.xz 2)
 #
 # The matrix: bench/gpu/bench_h200.yml. Everything comes back as $OUT/bench-results.tgz (the run folder:
@@ -48,4 +49,5 @@ timeout "$HARD" "$PY" -m ansible.cli.playbook -i inventory/gpu playbooks/bench.y
 say "bench.yml rc=$?"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 ls /run/dflash/ 2>/dev/null | grep bench && say "WARNING: benchmark pidfiles left" || say "no benchmark server left"
+. bench/gpu/stop_all.sh && stop_all  # the deployed instance too, unless KEEP=1 (another call follows)
 cd "$OUT" && tar czf /tmp/bench-results.tgz runs bench.log && find "$OUT" -mindepth 1 -delete && mv /tmp/bench-results.tgz "$OUT/"

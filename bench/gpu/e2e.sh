@@ -13,6 +13,8 @@
 # Env: STAGES (default "deploy bench again"; also "crosscheck", "probe", "fail", "gates"; run in the order
 # deploy, crosscheck, probe, fail, gates, bench, again),
 # BENCH_ARGS (passed to e2e_bench.py), BUDGET_S (default 585: the call's 600 s less the pack-up),
+# KEEP=1 (leave the deployed instance running for the next call, e.g. bench/gpu/bench_matrix.sh; without it
+# every server this machine runs is stopped at the end: bench/gpu/stop_all.sh),
 # DEPLOY_VARS (a vars file given to deploy.yml with -e @, e.g. bench/gpu/h200-dflash.yml: the dense DFLASH
 # instance that bench/gpu/bench_matrix.sh measures, instead of inventory/gpu's hybrid DDTREE one).
 set -uo pipefail
@@ -96,5 +98,6 @@ if [[ " $STAGES " == *" again "* ]] && [ "$(left)" -gt 80 ]; then
   say "second run rc=$? $(grep -A1 'PLAY RECAP' "$OUT/deploy-again.log" | tail -1)"
 fi
 collect
+. bench/gpu/stop_all.sh && stop_all
 say "done"
 cd "$OUT" && tar czf /tmp/e2e-results.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/e2e-results.tgz "$OUT/"

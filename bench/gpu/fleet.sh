@@ -7,11 +7,12 @@
 #   call 0 (carry [".gpu/ctl-wheelhouse.tar.xz"], timeout_s=120): STAGES=unpack bash bench/gpu/fleet.sh
 #   call 1, warm (carry [".gpu/wheelhouse.tar.xz.part2of2"] after the unpack call carried part 1, or nothing
 #     when an earlier call of this machine brought the wheelhouse; plus [".gpu/router-wheelhouse.tar.xz"]):
-#                                                            STAGES="deploy router" bash bench/gpu/fleet.sh
+#                                                     KEEP=1 STAGES="deploy router" bash bench/gpu/fleet.sh
 #     (the first deploy brings the router and the targets too; instances without CUDA graphs: ~1 min a start)
 #   call 2, warm (no carry):                                  STAGES=roll bash bench/gpu/fleet.sh
 #   or, when one call cannot hold two installs and two starts: call 1 as STAGES=install (both hosts' layers,
-#     tree and probe in one batch, nothing serves yet), then STAGES="deploy router", then STAGES=roll
+#     tree and probe in one batch, nothing serves yet), then KEEP=1 STAGES="deploy router", then STAGES=roll
+#   (KEEP=1: the servers stay for the next call; without it the call ends by stopping them, bench/gpu/stop_all.sh)
 #   here, no GPU:                                            DRY_RUN=1 bash bench/gpu/fleet.sh
 #
 # The archives do not fit one call's 64 MiB together with the tree: each later call must come while the
@@ -85,13 +86,7 @@ fi
 if [[ " $STAGES " == *" deploy "* ]]; then
   # a server that an earlier call of this warm machine left (bench/gpu/e2e.sh's instance) holds GPU 0:
   # stopped through the runner module (the fleet's hosts have their own prefixes and do not know it)
-  for f in /run/dflash/*.pid; do
-    [ -e "$f" ] || continue
-    u=$(basename "$f" .pid)
-    case $u in dflash-fleet-*) continue ;; esac
-    say "stopping $u, left by an earlier call: $("$PY" -m ansible.cli.adhoc localhost -m dflash_runner \
-      -a "name=$u state=stopped" -o 2>&1 | grep -o '"changed": [a-z]*' | head -1)"
-  done
+  . bench/gpu/stop_all.sh && stop_servers 'dflash-fleet-*'
   # with the router stage in the same call, the first deploy already brings the router and the targets
   DINV=("${INV[@]}"); [[ " $STAGES " == *" router "* ]] && DINV=("${RINV[@]}")
   say "deploy.yml: h200-a (canary) then h200-b, one real instance each on GPU 0 (${DINV[*]})"
@@ -141,5 +136,6 @@ if [[ " $STAGES " == *" roll "* ]]; then
   cp "$OUT/summary.json" "$OUT/summary-roll.json" 2>/dev/null
   scrape roll
 fi
+. bench/gpu/stop_all.sh && stop_all  # unless KEEP=1: the install, deploy and router calls keep them for the next
 say "done"
 cd "$OUT" && tar czf /tmp/fleet-results.tgz . && find "$OUT" -mindepth 1 -delete && mv /tmp/fleet-results.tgz "$OUT/"
