@@ -63,7 +63,7 @@ def throughput_chart(rows, path, standin=False):
         ax2 = ax.twinx()
         ax2.set_ylim(0, top_acc * 1.35)
         for j, level in enumerate(levels):
-            xs, ys, acc = [], [], []
+            xs, ys, acc, lo, hi = [], [], [], [], []
             for i, cfg in enumerate(configs):
                 r = next((r for r in rows if (r["config"], r["workload"], r["concurrency"]) == (cfg, wl, level)), None)
                 x = i + (j - (len(levels) - 1) / 2) * width
@@ -75,7 +75,15 @@ def throughput_chart(rows, path, standin=False):
                 xs.append(x)
                 ys.append(r["output_tok_s"])
                 acc.append(r.get("accept_length"))
+                lo.append(r.get("output_tok_s_min"))
+                hi.append(r.get("output_tok_s_max"))
             bars = ax.bar(xs, ys, width * 0.95, label=f"tok/s c{level}")
+            # repeats: the bar is the median, the whisker the range of the cell's repeats
+            rng = [(x, y, a, b) for x, y, a, b in zip(xs, ys, lo, hi, strict=True) if a is not None and b is not None]
+            if rng:
+                ax.errorbar([p[0] for p in rng], [p[1] for p in rng], fmt="none", ecolor="#333333", capsize=3, lw=1,
+                            yerr=[[p[1] - p[2] for p in rng], [p[3] - p[1] for p in rng]])
+                series.append(f"{wl}: tok/s c{level} min-max over repeats")
             for b, a in zip(bars, acc, strict=True):
                 if a is not None:
                     ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"acc {a:.2f}", ha="center",

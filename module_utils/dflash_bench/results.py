@@ -298,12 +298,13 @@ def medians(rows):
         row = dict(group[0], cell=cell_key(cfg, workload, conc), repeat=None, repeats=len(group))
         for field in MEDIAN_FIELDS:
             row[field] = _median(r.get(field) for r in ok)
+        tok = [r["output_tok_s"] for r in ok]
+        row["output_tok_s_min"], row["output_tok_s_max"] = (min(tok), max(tok)) if tok else (None, None)
         row["status"] = ("ok" if len(ok) == len(group) and all(r["status"] == "ok" for r in ok)
                          else "partial" if ok else group[0].get("status"))
         if not ok:
             row["cause"] = next((r.get("cause") for r in group if r.get("cause")), None)
         out.append(row)
-        tok = [r["output_tok_s"] for r in ok]
         spread.append({"config": cfg, "workload": workload, "concurrency": conc, "repeats": len(group),
                        "measured": len(ok), "tok_s_median": row["output_tok_s"],
                        "tok_s_min": min(tok) if tok else None, "tok_s_max": max(tok) if tok else None,

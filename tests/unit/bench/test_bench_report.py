@@ -194,8 +194,11 @@ def test_repeats_give_medians_and_spread_on_the_h200_matrix(tmp_path):
                     figures.setdefault(key, []).append(d["summary"]["output_tok_s"])
                     d["repeat"], d["cell"] = rep, d["cell"] + f"__r{rep}"
                     (run / "cells" / (d["cell"] + ".json")).write_text(json.dumps(d))
-    s = rp.render_run(str(run), pdf=False, charts=False)
+    s = rp.render_run(str(run), pdf=False)
     assert len(s["rows"]) == 96 and len(s["spread"]) == 48 and not s["failed"]
+    # the bars are the medians, the whiskers the range of the repeats
+    series = json.loads(ch.png_text(str(run / "charts" / "throughput.png"))["Description"])["series"]
+    assert "seeds: tok/s c4 min-max over repeats" in series and "seeds: tok/s c4" in series
     for sp in s["spread"]:
         both = figures[(sp["config"], sp["workload"], sp["concurrency"])]
         assert sp["measured"] == sp["repeats"] == 2
