@@ -85,6 +85,13 @@ options:
         length and prints the lines; 0 waits in one piece.
     type: float
     default: 20
+  ready_grace:
+    description:
+      - Seconds an instance whose log says it finished its start-up ("fired up and ready to roll") may go
+        without a 200 from /health before it fails as C(unanswered) (the health URL does not reach it, or
+        it stopped answering), instead of waiting out O(timeout).
+    type: float
+    default: 60
   chunk_seconds:
     description:
       - Internal (the action plugin sets it). Return after this many seconds with C(verdict=starting),
@@ -154,7 +161,7 @@ from ansible.module_utils.dflash_smoke import (
     unit_name,
     wait_units,
 )
-from ansible.module_utils.dflash_startup import latest_stage, progress_line
+from ansible.module_utils.dflash_startup import latest_stage, progress_line, says_ready
 
 try:
     from ansible.module_utils.dflash_diagnose.engine import diagnose_text
@@ -180,6 +187,7 @@ def main():
             **gate_argument_spec(),
             "progress_interval": {"type": "float", "default": 20.0},
             "chunk_seconds": {"type": "float", "default": 0.0},
+            "ready_grace": {"type": "float", "default": 60.0},
             "resume": {"type": "dict"},
         },
         supports_check_mode=True,
@@ -249,12 +257,18 @@ def main():
     offset = max(0.0, t_wait - since)  # seconds of earlier chunks (and the restart)
     left = max(0.05, p["timeout"] - offset)
     chunk = p["chunk_seconds"] if p["chunk_seconds"] and p["chunk_seconds"] > 0 else None
+    journalctl = module.get_bin_path("journalctl")
+
+    def logged_ready(inst):  # the log since the restart says "fired up" (read every few seconds at most)
+        text = runner.log_text(inst["unit"]) if runner else journal_tail(module, journalctl, inst["unit"], since)
+        return says_ready(text)
+
     res = wait_units(insts, show=show, health=health_status, timeout=min(left, chunk) if chunk else left,
-                     interval=p["interval"], baseline_restarts=baseline)
+                     interval=p["interval"], baseline_restarts=baseline, logged_ready=logged_ready,
+                     ready_since=resume.get("ready_since"), ready_grace=p["ready_grace"])
     _shift(res, offset)
     if res["verdict"] == "timeout" and chunk and chunk < left:
         # not decided in this chunk: say where each pending instance is, the action plugin asks again
-        journalctl = module.get_bin_path("journalctl")
         progress = {}
         for inst in insts:
             if res["instances"][inst["name"]]["verdict"] in ("timeout", "starting"):
@@ -263,10 +277,11 @@ def main():
                                                        latest_stage(text))
         module.exit_json(changed=restarted, verdict="starting", seconds=round(time.time() - since, 3),
                          failed_instances=[], instances={}, progress=progress,
-                         resume={"since": since, "restart": restart_out, "restarted": restarted, "baseline": baseline})
+                         resume={"since": since, "restart": restart_out, "restarted": restarted, "baseline": baseline,
+                                 "ready_since": {n: s["ready_since"] for n, s in res["instances"].items()
+                                                 if s.get("ready_since") is not None}})
     verdict_at = time.time()
     msgs = []
-    journalctl = module.get_bin_path("journalctl")
     for inst in insts:
         st = res["instances"][inst["name"]]
         st["unit"] = inst["unit"]

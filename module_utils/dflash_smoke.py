@@ -287,7 +287,12 @@ def judge(show: dict, health: int | None, baseline_restarts: int = 0) -> str:
     return "starting"
 
 
-FAILING = ("failed", "restarted", "exited", "missing")
+FAILING = ("failed", "restarted", "exited", "missing", "unanswered")
+
+# the log says the server finished its warm-up ("fired up and ready to roll"), yet /health gave no 200 for
+# this long: the health URL does not reach it (host, port, proxy); waiting out the timeout tells nothing more
+READY_GRACE = 60.0
+READY_CHECK_EVERY = 5.0
 
 
 # sglang's /health (and /health_generate) queues a one-token probe request and sleeps a whole second
@@ -297,14 +302,17 @@ HEALTH_TIMEOUT = 5.0
 
 
 def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monotonic, sleep=time.sleep,
-               baseline_restarts=0):
+               baseline_restarts=0, logged_ready=None, ready_since=None, ready_grace=READY_GRACE):
     """Poll every instance until all are healthy, one fails (returned at once) or time is up.
 
     ``instances``: [{name, unit, health_url}]; ``show(unit) -> dict`` (parsed systemctl show);
     ``health(url, timeout) -> status or None``; ``baseline_restarts``: NRestarts that do not count
-    (an int, or {unit: int}; 0 right after a manual restart, which resets the counter).  Returns {verdict: healthy|failed|timeout,
-    seconds, failed: [names], instances: {name: {verdict, seconds, show, health, polls,
-    healthy_seen_at}}}."""
+    (an int, or {unit: int}; 0 right after a manual restart, which resets the counter).
+    ``logged_ready(inst) -> bool``: whether the instance's log says it finished its warm-up (read every
+    READY_CHECK_EVERY s while /health is not 200); an instance whose log has said so for ``ready_grace`` s
+    without a 200 fails as "unanswered". ``ready_since``: {name: clock()} from an earlier chunk of the same
+    wait. Returns {verdict: healthy|failed|timeout, seconds, failed: [names], instances: {name: {verdict,
+    seconds, show, health, polls, ready_since}}}."""
     t0 = clock()
     deadline = t0 + float(timeout)
     state = {
@@ -312,6 +320,8 @@ def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monot
         for i in instances
     }
     pending = [i for i in instances]
+    ready_at = dict(ready_since or {})
+    next_look = {}
     while True:
         for inst in list(pending):
             st = state[inst["name"]]
@@ -324,6 +334,16 @@ def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monot
             base = (baseline_restarts.get(inst["unit"], 0) if isinstance(baseline_restarts, dict)
                     else baseline_restarts)
             verdict = judge(sh, code, base)
+            if verdict == "starting" and logged_ready:
+                now = clock()
+                if inst["name"] not in ready_at and now >= next_look.get(inst["name"], 0.0):
+                    next_look[inst["name"]] = now + READY_CHECK_EVERY
+                    if logged_ready(inst):
+                        ready_at[inst["name"]] = now
+                if inst["name"] in ready_at:
+                    st["ready_since"] = ready_at[inst["name"]]
+                    if now - ready_at[inst["name"]] >= ready_grace:
+                        verdict = "unanswered"
             if verdict != "starting":
                 st["verdict"] = verdict
                 st["seconds"] = round(clock() - t0, 3)
@@ -353,6 +373,9 @@ def describe_failure(name, st, diagnosis=None) -> str:
         "exited": "the server exited",
         "missing": "the unit does not exist",
         "timeout": "not healthy before the timeout (hang)",
+        "unanswered": (f"its log says it is up and ready, but /health gave no 200 for {READY_GRACE:g} s after "
+                       "that (no answer: the health URL does not reach it, or it stopped answering; 503: sglang "
+                       "finds it unhealthy)"),
     }.get(st.get("verdict"), st.get("verdict"))
     msg = (
         f"instance {name}: {what} after {st.get('seconds')} s "

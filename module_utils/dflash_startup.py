@@ -69,6 +69,11 @@ class _Missing(dict):
         return "?"
 
 
+def says_ready(text: str) -> bool:
+    """Whether the log says the server finished its start-up, warm-up included ("fired up")."""
+    return bool(text) and STAGES[0][0].search(text) is not None
+
+
 def latest_stage(text: str, max_segments: int = 4000) -> str | None:
     """The newest start-up stage in a log (its tail), or None when no stage line is there yet."""
     segs = _segments(text)[-max_segments:]

@@ -6,22 +6,10 @@
 WH=${WH:-$HOME/wh}
 CTL=${CTL:-$HOME/ctl}
 mkdir -p "$WH/ctl"
-# an archive too big to travel beside the tree comes in parts over several calls (scripts/gpu/split_carry.py):
-# each part is kept in $WH/parts; once all parts of a name are there they are joined into $WH/<name>
-for p in .gpu/*.part[0-9]*of[0-9]*; do
-  [ -f "$p" ] && mkdir -p "$WH/parts" && cp "$p" "$WH/parts/"
-done
-for first in "$WH"/parts/*.part1of*; do
-  [ -f "$first" ] || continue
-  base=${first%.part1of*}; n=${first##*of}; name=$(basename "$base")
-  [ -f "$WH/$name" ] && continue
-  parts=(); for i in $(seq 1 "$n"); do parts+=("$base.part${i}of$n"); done
-  if ls "${parts[@]}" >/dev/null 2>&1; then
-    cat "${parts[@]}" > "$WH/$name.tmp" && mv "$WH/$name.tmp" "$WH/$name" && say "joined $name from $n parts"
-  else
-    say "$name: $(ls "$base".part*of"$n" | wc -l) of $n parts here; carry the others in the next call"
-  fi
-done
+# an archive too big to travel beside the tree comes in parts over several calls: kept in $WH/parts, joined
+# into $WH/<name> once all are there (bench/gpu/join_parts.sh)
+. "$(dirname "${BASH_SOURCE[0]}")/join_parts.sh"
+while read -r line; do say "$line"; done < <(join_parts "$WH/parts" "$WH")
 # unpack NAME DIR: the archive NAME, carried in this call (.gpu/NAME) or joined from parts ($WH/NAME), into DIR
 unpack() {
   local a=".gpu/$1"; [ -f "$a" ] || a="$WH/$1"

@@ -998,16 +998,16 @@ def serve(args: dict, state: State) -> int:
     log(f"INFO:     Uvicorn running on http://{args['host']}:{args['port']} (Press CTRL+C to quit)")
     if state.fault == "hang":
         log("lab stand-in: fault 'hang': listening, /health will never answer 200")
-    elif state.start_delay > 0:
-        log(f"lab stand-in: fault 'slow': /health answers 503 for {state.start_delay:g} s")
+    else:
+        if state.start_delay > 0:
+            log(f"lab stand-in: fault 'slow': /health answers 503 for {state.start_delay:g} s")
 
-        def _ready_later():
-            time.sleep(state.start_delay)
+        def _ready_later():  # like sglang: "fired up" once it serves (every rank joined, the delay over)
+            state.ready.wait()
+            time.sleep(max(0.0, state.start_delay - (time.monotonic() - state.started)))
             log("The server is fired up and ready to roll! (lab stand-in: serving)")
 
         threading.Thread(target=_ready_later, daemon=True).start()
-    else:
-        log("The server is fired up and ready to roll! (lab stand-in: serving)")
     httpd.serve_forever(poll_interval=0.2)
     httpd.server_close()
     return 0

@@ -23,7 +23,8 @@ def _archive(path: Path, files: dict[str, bytes]) -> None:
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_bytes(data)
     with tarfile.open(path, "w:xz") as tar:
-        tar.add(src / "wheelhouse", arcname="wheelhouse")
+        for top in sorted({name.split("/")[0] for name in files}):
+            tar.add(src / top, arcname=top)
     shutil.rmtree(src)
 
 
@@ -70,3 +71,37 @@ def test_wheelhouse_in_two_calls(tmp_path):
     assert "1 overlay wheels, 1 controller wheels" in second
     third = _call(tmp_path / "call3", home, [])  # a later call of the warm machine: nothing joined again
     assert "joined" not in third and "1 overlay wheels" in third
+
+
+def _ddtree_call(workdir: Path, home: Path, carried: list[Path]) -> subprocess.CompletedProcess:
+    """One device call of bench/gpu/ddtree_*.sh up to its setup (PY=true: no server, no tree)."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    (workdir / ".gpu").mkdir(parents=True)
+    for f in carried:
+        shutil.copy(f, workdir / ".gpu" / f.name)
+    env = {**os.environ, "HOME": str(home), "PY": shutil.which("true"), "OUT": str(workdir / "out"), "WORK": str(home / "work"),
+           "SITE": str(home / "site"), "TAG": "t", "FAMILIES": "hybrid", "WEIGHTS": "", "DRYRUN": "1"}
+    return subprocess.run(["bash", str(ROOT / "bench/gpu/ddtree_setup.sh")], check=False, cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_site_bundle_in_two_calls(tmp_path):
+    built = tmp_path / "built"
+    built.mkdir()
+    code = os.urandom(40_000)
+    _archive(built / "site.tar.xz", {"sglang/__init__.py": b"# sglang\n", "sglang/blob.bin": code})
+    p1, p2 = (Path(n) for n in split_carry.split(str(built / "site.tar.xz"), 2))
+    home = tmp_path / "home"
+    home.mkdir()
+    first = _ddtree_call(tmp_path / "call1", home, [p1])
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "site.tar.xz: 1 of 2 parts here" in first.stdout and "nothing run" in first.stdout
+    assert not (home / "site").exists()
+    second = _ddtree_call(tmp_path / "call2", home, [p2])
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "joined site.tar.xz from 2 parts" in second.stdout
+    assert (home / "site/sglang/blob.bin").read_bytes() == code
+    # nothing carried, nothing kept: the old message
+    bare = _ddtree_call(tmp_path / "call3", tmp_path / "fresh-home", [])
+    assert bare.returncode == 2 and "missing .gpu/site.tar.xz" in bare.stdout

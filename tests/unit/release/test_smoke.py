@@ -304,3 +304,58 @@ def test_timeout_beside_a_server_that_says_ready_points_at_the_health_poll():
     msg = s.describe_failure("h200-dflash", st, diag)
     assert "hang" in msg and "the log says the server is up but /health gave no 200" in msg
     assert "/health gave no 200" not in s.describe_failure("a", st, {"cause": "cuda_oom", "summary": "OOM"})
+
+
+def test_a_server_whose_log_says_ready_but_health_never_answers_fails_after_the_grace_not_the_timeout():
+    ft = FakeTime()
+    running = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
+    inst = [{"name": "a", "unit": "u", "health_url": "http://10.9.9.9:30001/health"}]
+    looks = []
+
+    def ready(i):  # the log says "fired up" from t=100
+        looks.append(ft.t)
+        return ft.t >= 100
+
+    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=600, interval=0.25,
+                       clock=ft.clock, sleep=ft.sleep, logged_ready=ready)
+    st = res["instances"]["a"]
+    assert res["verdict"] == "failed" and st["verdict"] == "unanswered"
+    assert 100 + s.READY_GRACE <= st["seconds"] <= 100 + s.READY_GRACE + s.READY_CHECK_EVERY + 0.5
+    # the log is read every few seconds, not at every poll
+    assert all(b - a >= s.READY_CHECK_EVERY for a, b in zip(looks, looks[1:]))
+    msg = s.describe_failure("a", st)
+    assert "its log says it is up and ready, but /health gave no 200" in msg and "/health=None" in msg
+
+
+def test_ready_grace_carries_over_chunks_and_a_late_200_still_passes():
+    ft = FakeTime()
+    running = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
+    inst = [{"name": "a", "unit": "u", "health_url": "A"}]
+    # chunk 1 (20 s): ready seen at once, no 200 -> still starting, ready_since handed on
+    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=20, clock=ft.clock,
+                       sleep=ft.sleep, logged_ready=lambda i: True)
+    assert res["verdict"] == "timeout" and res["instances"]["a"]["ready_since"] == 0.0
+    # chunk 2 from the handed-on ready time: fails once the grace is over, not 60 s into this chunk
+    res2 = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=200, clock=ft.clock,
+                        sleep=ft.sleep, logged_ready=lambda i: True, ready_since={"a": 0.0})
+    assert res2["instances"]["a"]["verdict"] == "unanswered" and ft.t <= s.READY_GRACE + 1
+    # a 200 inside the grace: healthy
+    ft.t = 0.0
+    res3 = s.wait_units(inst, show=lambda u: running, health=lambda url, to: 200 if ft.t >= 30 else None,
+                        timeout=200, clock=ft.clock, sleep=ft.sleep, logged_ready=lambda i: True)
+    assert res3["verdict"] == "healthy"
+    # no log reader (or a log that never says ready): the old timeout verdict
+    ft.t = 0.0
+    res4 = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=90, clock=ft.clock,
+                        sleep=ft.sleep, logged_ready=lambda i: False)
+    assert res4["verdict"] == "timeout"
+
+
+def test_says_ready_reads_sglangs_and_the_stand_ins_line():
+    import pathlib
+
+    from dflash_startup import says_ready
+    root = pathlib.Path(__file__).resolve().parents[3]
+    text = (root / "tests/fixtures/logs/unknown/h200-openai-harmony-caught-then-ready.log").read_text()
+    assert says_ready(text) and says_ready("x\nThe server is fired up and ready to roll! (lab stand-in: serving)\n")
+    assert not says_ready(text.split("The server is fired up")[0]) and not says_ready("")

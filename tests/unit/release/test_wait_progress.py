@@ -81,3 +81,29 @@ def test_wait_prints_progress_between_chunks(tmp_path):
     assert out["verdict"] == "healthy" and out["seconds"] >= 3.5
     assert out["instances"]["slow"]["seconds"] >= 3.5
     assert out["restart"]["backend"] == "runner"
+
+
+def test_wait_fails_fast_when_the_log_says_ready_but_the_health_url_does_not_reach_it(tmp_path):
+    port, wrong = free_port(), free_port()
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "dflash-elsewhere.service").write_text(
+        f"[Service]\nExecStart={sys.executable} {STANDIN} --model-path /m --port {port}\n")
+    common = {"service_manager": "runner", "unit_dir": str(units), "log_dir": str(tmp_path / "log"),
+              "run_dir": str(tmp_path / "run"), "timeout": 120, "progress_interval": 1, "ready_grace": 3}
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        # polled on a port nothing listens on: the log says ready, /health never answers
+        {"dflash_wait": dict(common, instances=[{"name": "elsewhere", "port": wrong,
+                                                  "base_url": f"http://127.0.0.1:{wrong}"}]),
+         "register": "w", "ignore_errors": True},
+        {"dflash_runner": {"name": "dflash-elsewhere.service", "state": "stopped", "unit_dir": str(units),
+                           "log_dir": str(tmp_path / "log"), "run_dir": str(tmp_path / "run")}},
+        {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": "{{ w | to_json }}", "mode": "0644"}},
+    ]}]
+    r = run_play(play, tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    st = out["instances"]["elsewhere"]
+    assert out["failed"] and st["verdict"] == "unanswered", out
+    assert st["seconds"] < 60  # the grace (3 s) after the ready line, not the 120 s timeout
+    assert "its log says it is up and ready, but /health gave no 200" in out["msg"]
