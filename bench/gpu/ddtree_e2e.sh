@@ -5,6 +5,8 @@
 # branch (bench/gpu/ddtree_e2e.py says what is measured). The lossless check is bench/gpu/ddtree_lossless.sh.
 # Command (the lead's, or #13's):
 #   run(command="bash bench/gpu/ddtree_e2e.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+#   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
+#   keeps it and runs nothing, then .part2of2; split by scripts/gpu/split_carry.py .gpu/site.tar.xz 2)
 # .gpu/site.tar.xz: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`
 # Results: $OUT/ddtree/{summary.md,summary.json,tree.json,logs.tar.xz}.
 # CPU dry run (stand-in servers, ~30 s):

@@ -4,6 +4,8 @@
 # speculation, with both controls (bench/gpu/ddtree_lossless.py says what is checked).
 # Command (the lead's, or #13's):
 #   run(command="bash bench/gpu/ddtree_lossless.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+#   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
+#   keeps it and runs nothing, then .part2of2; split by scripts/gpu/split_carry.py .gpu/site.tar.xz 2)
 # Results: $OUT/ddtree-lossless/{summary.md,summary.json,tree.json,logs.tar.xz}.
 # CPU dry run (stand-in servers, no weights):
 #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_lossless.sh
