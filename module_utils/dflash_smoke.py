@@ -329,7 +329,9 @@ def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monot
             sh = show(inst["unit"])
             code = None
             if sh.get("ActiveState") in ("active", "activating", "reloading"):
-                code = health(inst["health_url"], min(HEALTH_TIMEOUT, remaining))
+                # never under 2 s, even at the end of a chunk of the action plugin or of the timeout:
+                # a healthy sglang needs more than 1 s to answer (the wait may overrun by that much)
+                code = health(inst["health_url"], min(HEALTH_TIMEOUT, max(remaining, 2.0)))
             st.update(show=sh, health=code, polls=st["polls"] + 1)
             base = (baseline_restarts.get(inst["unit"], 0) if isinstance(baseline_restarts, dict)
                     else baseline_restarts)

@@ -219,6 +219,12 @@ def test_wait_gives_sglangs_health_probe_more_than_a_second():
     res = s.wait_units(inst, show=lambda u: running, health=sglang_health, timeout=60, interval=0.25,
                        clock=ft.clock, sleep=ft.sleep)
     assert res["verdict"] == "healthy" and seen[0] >= 2.0
+    # at the end of a short chunk (the action plugin's, 1-20 s) the probe still gets 2 s
+    seen.clear()
+    ft.t = 0.0
+    res = s.wait_units(inst, show=lambda u: running, health=sglang_health, timeout=0.5, clock=ft.clock,
+                       sleep=ft.sleep)
+    assert res["verdict"] == "healthy" and seen == [2.0]
     assert s.HEALTH_TIMEOUT >= 2.0 and s.health_status.__defaults__ == (s.HEALTH_TIMEOUT,)
 
 
