@@ -4,6 +4,7 @@ HTTP checks run against a real local HTTP server that answers with SGLang's resp
 (the chat completion body is the one from the seeds: content null, reasoning_content set).
 """
 
+import itertools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -328,7 +329,7 @@ def test_a_server_whose_log_says_ready_but_health_never_answers_fails_after_the_
     assert res["verdict"] == "failed" and st["verdict"] == "unanswered"
     assert 100 + s.READY_GRACE <= st["seconds"] <= 100 + s.READY_GRACE + s.READY_CHECK_EVERY + 0.5
     # the log is read every few seconds, not at every poll
-    assert all(b - a >= s.READY_CHECK_EVERY for a, b in zip(looks, looks[1:]))
+    assert all(b - a >= s.READY_CHECK_EVERY for a, b in itertools.pairwise(looks))
     msg = s.describe_failure("a", st)
     assert "its log says it is up and ready, but /health gave no 200" in msg and "/health=None" in msg
 
