@@ -14,10 +14,13 @@ description:
   - C(action=worker state=present) adds it back and waits until the router lists it healthy.
   - C(action=wait) waits until the router answers and lists the O(expect)ed workers healthy.
   - C(action=smoke) sends one chat completion through the router (the seeds' prompt).
+  - C(action=probe) imports the router's entry point with the interpreter of its venv layer (O(python)),
+    before its unit points at that layer: a layer missing a dependency fails here, with the cause, and the
+    running router is left as it was.
   - With O(missing_ok) and no router answering (a first deploy, before the router exists), C(worker) does nothing.
   - Logic lives in C(module_utils/dflash_router.py).
 options:
-  action: {description: What to do., type: str, required: true, choices: [worker, wait, smoke]}
+  action: {description: What to do., type: str, required: true, choices: [worker, wait, smoke, probe]}
   router: {description: Base URL of the router on this host., type: str, default: "http://127.0.0.1:30000"}
   url: {description: The worker's URL (action=worker)., type: str}
   state: {description: absent (drain) or present (add back)., type: str, choices: [absent, present], default: present}
@@ -29,6 +32,7 @@ options:
   prompt: {description: Chat prompt of action=smoke., type: str, default: "Write a Python function fibonacci(n) using iteration. Return only code."}
   max_tokens: {description: max_tokens of action=smoke., type: int, default: 64}
   host: {description: Host name used in messages., type: str, default: ''}
+  python: {description: "The router layer's interpreter (action=probe).", type: str}
   api_key: {description: "The workers' API key (action=smoke), sent as Authorization Bearer.", type: str}
 author: dflash-deploy
 """
@@ -46,16 +50,24 @@ seconds: {description: Seconds spent., type: float, returned: always}
 warnings_list: {description: What the drain could not do (in-flight requests left, no /metrics)., type: list, returned: worker}
 healthy: {description: Healthy workers (wait)., type: list, returned: wait}
 record: {description: The chat completion record (smoke)., type: dict, returned: smoke}
+version: {description: sglang-router's version in the layer (probe)., type: str, returned: probe}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_router import RouterError, http, set_worker, smoke_router, wait_router
+from ansible.module_utils.dflash_router import (
+    RouterError,
+    http,
+    probe_layer,
+    set_worker,
+    smoke_router,
+    wait_router,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "required": True, "choices": ["worker", "wait", "smoke"]},
+            "action": {"type": "str", "required": True, "choices": ["worker", "wait", "smoke", "probe"]},
             "router": {"type": "str", "default": "http://127.0.0.1:30000"},
             "url": {"type": "str"},
             "state": {"type": "str", "choices": ["absent", "present"], "default": "present"},
@@ -67,9 +79,10 @@ def main():
             "prompt": {"type": "str", "default": "Write a Python function fibonacci(n) using iteration. Return only code."},
             "max_tokens": {"type": "int", "default": 64},
             "host": {"type": "str", "default": ""},
+            "python": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
         },
-        required_if=[("action", "worker", ["url"])],
+        required_if=[("action", "worker", ["url"]), ("action", "probe", ["python"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -87,6 +100,12 @@ def main():
                              inflight=res.get("inflight"), url=res["url"], state=res["state"])
         if module.check_mode:
             module.exit_json(changed=False, msg="check mode: the router is not waited for nor tested")
+        if p["action"] == "probe":
+            res = probe_layer(p["python"])
+            if not res["ok"]:
+                module.fail_json(msg=f"{where}the router's layer ({p['python']}) cannot start sglang-router: "
+                                     f"{res['error']}; the router's unit was not changed")
+            module.exit_json(changed=False, version=res["version"])
         if p["action"] == "wait":
             res = wait_router(p["router"], p["expect"], timeout=p["timeout"], min_healthy=p["min_healthy"])
             for u in res["missing"]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -300,6 +301,49 @@ def set_worker(router, url, state, timeout=120.0, interval=0.5, drain_timeout=60
         raise RouterError(f"state must be absent or present, got {state!r}")
     res["seconds"] = round(clock() - t0, 3)
     return res
+
+
+# Run in the router's layer before its unit points at it: launch_router imports the whole HTTP stack
+# (fastapi, uvicorn, ...), so a layer that misses a dependency fails here, not after the restart
+PROBE_CODE = ("import sglang_router.launch_router, importlib.metadata as m; "
+              "print(m.version('sglang-router'))")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)):\s*(.*)$")
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def probe_failure(stderr: str, rc=None) -> str:
+    """The cause of a failed import probe, from the interpreter's stderr: the last exception line, the
+    file that raised it (the innermost frame), and for a missing module what to do about it."""
+    lines = [ln.rstrip() for ln in (stderr or "").splitlines() if ln.strip()]
+    exc = next((ln.strip() for ln in reversed(lines) if _EXC_LINE.match(ln.strip())), None)
+    frames = [ln.strip() for ln in lines if ln.strip().startswith('File "')]
+    where = ""
+    if frames:
+        m = re.match(r'File "([^"]+)", line (\d+)', frames[-1])
+        if m:
+            where = f" (raised in {m.group(1).rsplit('site-packages/', 1)[-1]}:{m.group(2)})"
+    if exc is None:
+        tail = " | ".join(lines[-3:]) if lines else "no output"
+        return f"exit status {rc}: {tail}"
+    msg = exc + where
+    missing = _MISSING_MODULE.search(exc)
+    if missing:
+        top = missing.group(1).split(".")[0]
+        msg += (f"; the layer lacks the distribution that provides '{top}': add it to the router's layer "
+                f"requirements (a layer with no_deps must list every dependency), or let uv resolve them")
+    return msg
+
+
+def probe_layer(python, run=subprocess.run, timeout=120.0) -> dict:
+    """Import the router's entry point with the layer's interpreter -> {ok, version, error}."""
+    try:
+        proc = run([python, "-c", PROBE_CODE], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"ok": False, "version": None, "error": f"{python} could not run: {exc}"}
+    if proc.returncode == 0:
+        out = (proc.stdout or "").strip().splitlines()
+        return {"ok": True, "version": out[-1] if out else None, "error": None}
+    return {"ok": False, "version": None, "error": probe_failure(proc.stderr, proc.returncode)}
 
 
 def wait_router(router, expect=(), timeout=120.0, interval=0.5, min_healthy=1, call=http, clock=time.monotonic,
