@@ -54,7 +54,13 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddtree_servers import Server, start_staggered, stop_all, wait_healthy, write_oracle
 
-EPS = 0.25  # nats: an emitted bf16 token may trail the float32 re-scored top-1 by at most this much
+# LOSSLESS_DTYPE=float32: EVERY server in float32 through bench/gpu/fp32_shim (the speculative ones too), so
+# that the reference is the float32 no-speculation server itself (batch-invariant: H200 run of 2026-12-02,
+# bench/gpu/results/2026-12-02-ddtree-lossless/) and the ids must match it; the epsilon then only covers
+# float32 near-ties between the verify and decode kernels (accumulation order), not bf16 noise.
+FP32 = os.environ.get("LOSSLESS_DTYPE", "bfloat16") == "float32"
+EPS_BF16, EPS_FP32 = 0.25, 0.01
+EPS = EPS_FP32 if FP32 else EPS_BF16  # nats: an emitted token may trail the float32 re-scored top-1 by this much
 PROMPTS = [
     [151643] + [(i * 7919 + 13) % 150000 for i in range(31)],
     [(i * 104729 + 5) % 150000 for i in range(100)],
@@ -84,7 +90,7 @@ def key(kind, prompt, n):
     return f"{kind}:{prompt}:{n}"
 
 
-def servers_for(model, base_port, work, out, models_dir):
+def servers_for(model, base_port, work, out, models_dir, fp32=False):
     m = os.path.join(models_dir, f"{model}-rw")
     d = os.path.join(models_dir, f"{model}-rw-draft")
     base = ["--model-path", m, "--dtype", "bfloat16", "--skip-tokenizer-init", "--attention-backend", "triton",
@@ -106,6 +112,11 @@ def servers_for(model, base_port, work, out, models_dir):
     base32 = [("float32" if a == "bfloat16" else a) for a in base]
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15", "--speculative-ddtree-topk", "8"]
     p = base_port
+    if fp32:  # every server float32 through the shim; the reference is the float32 one (no separate ref32)
+        base, env, senv = base32, dict(env32), dict(senv, **env32)
+    refs32 = [] if fp32 else [
+        Server(f"{model}-ref32", p + 100, [*base32, "--disable-radix-cache", "--disable-cuda-graph"], out, work, env32,
+               spec=False)]  # fmt: skip
     return [
         Server(f"{model}-ref", p, [*base, "--disable-radix-cache", "--disable-cuda-graph"], out, work, env, spec=False),
         Server(f"{model}-t15", p + 20, [*base, *spec, *tree], out, work,
@@ -115,8 +126,7 @@ def servers_for(model, base_port, work, out, models_dir):
                level="light"),
         Server(f"{model}-sl15", p + 80, [*base, *spec, *tree, "--speculative-ddtree-mode", "shadow-linear"], out, work,
                senv, budget=15, mode="shadow-linear", level="light"),
-        Server(f"{model}-ref32", p + 100, [*base32, "--disable-radix-cache", "--disable-cuda-graph"], out, work, env32,
-               spec=False),
+        *refs32,
     ]  # fmt: skip
 
 
@@ -253,14 +263,15 @@ def run(args):
     for m in models:
         write_oracle(oracle[m], [], [])
     # ports 20 apart: sglang opens more sockets above --port (H200 run 2: EADDRINUSE at a neighbour's port)
-    per = {m: servers_for(m, 36000 + 200 * i, work, out, models_dir) for i, m in enumerate(models)}
+    per = {m: servers_for(m, 36000 + 200 * i, work, out, models_dir, fp32=FP32) for i, m in enumerate(models)}
     if QUICK:  # the reference and the tree server only (a short device call)
         for m in models:
             per[m] = [per[m][0], per[m][1], *[s for s in per[m][2:] if s.name.endswith(QUICK_EXTRA)]]
     servers = [s for m in models for s in per[m]]
     # start order: each model's reference and tree server first (their kernels compile once for the rest)
     order = [per[m][k] for k in range(6) for m in models if k < len(per[m])]
-    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "eps": EPS, "models": {},
+    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "eps": EPS,
+               "dtype": "float32" if FP32 else "bfloat16", "models": {},
                "servers": {}}  # fmt: skip
 
     def save():
@@ -440,8 +451,8 @@ def verdict(summary, m):
 
 def write_markdown(summary, path):
     lines = [f"# DDTree lossless check on the GPU ({summary['started']})", "",
-             (f"elapsed {summary.get('elapsed_s')} s; epsilon {summary['eps']} nats (emitted token vs the "
-             "re-scored top-1)"), "", "## Servers", "", "| server | healthy after (s) | error | args |",
+             (f"elapsed {summary.get('elapsed_s')} s; servers in {summary.get('dtype', 'bfloat16')}; epsilon "
+              f"{summary['eps']} nats (emitted token vs the float32 re-scored top-1)"), "", "## Servers", "", "| server | healthy after (s) | error | args |",
              "|---|---|---|---|"]  # fmt: skip
     for name, s in summary["servers"].items():
         args = " ".join(a for a in s["cmd"] if not a.startswith("/"))
@@ -450,7 +461,8 @@ def write_markdown(summary, path):
         lines += ["", f"## {m}: {verdict(summary, m)}", "", f"reference controls: `{mm.get('controls')}`"]
         rv = mm.get("reference_vs_float32")
         if rv:
-            lines += ["", (f"bf16 reference re-scored by {rv.get('scorer')}: max gap {rv.get('max_gap')} over "
+            lines += ["", (f"{summary.get('dtype', 'bfloat16')} reference re-scored by {rv.get('scorer')} (one "
+                           f"float32 prefill): max gap {rv.get('max_gap')} over "
                       f"{rv.get('cases')} cases (within eps: {rv.get('lossless')}) {rv.get('error', '')}")]
         for label, ph in (mm.get("phases") or {}).items():
             if "servers" not in ph:

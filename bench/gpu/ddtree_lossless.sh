@@ -7,6 +7,9 @@
 #   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
 #   keeps it and runs nothing, then .part2of2; split by scripts/gpu/split_carry.py .gpu/site.tar.xz 2)
 # Results: $OUT/ddtree-lossless/{summary.md,summary.json,tree.json,logs.tar.xz}.
+# LOSSLESS_DTYPE=float32: every server (the speculative ones too) in float32 through bench/gpu/fp32_shim, the
+#   float32 no-speculation server as the reference (ids must equal its ids; epsilon 0.01 nats); default bfloat16
+#   servers judged by a float32 re-scorer (epsilon 0.25 nats).
 # CPU dry run (stand-in servers, no weights):
 #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_lossless.sh
 set -euo pipefail

@@ -55,3 +55,19 @@ def test_summary_json_one_line_per_id_list_and_markdown(tmp_path):
     md = tmp_path / "summary.md"
     L.write_markdown(summary, str(md))
     assert "| dense-t15 | 1 | 0 of 1 | bs1:0:3 at 2 |" in md.read_text()
+
+
+def test_float32_mode_runs_every_server_in_float32_through_the_shim(tmp_path):
+    bf = L.servers_for("hybrid", 36000, str(tmp_path), str(tmp_path), "/m")
+    f32 = L.servers_for("hybrid", 36000, str(tmp_path), str(tmp_path), "/m", fp32=True)
+    names = [s.name for s in bf]
+    assert names[-1] == "hybrid-ref32" and [s.name for s in f32] == names[:-1]  # the reference is float32 itself
+    for s in f32:
+        assert s.cmd[s.cmd.index("--dtype") + 1] == "float32", s.name
+        assert "fp32_shim" in s.env["PYTHONPATH"] and s.env["SGLANG_MAMBA_CONV_DTYPE"] == "float32", s.name
+    for s in bf[:-1]:
+        assert s.cmd[s.cmd.index("--dtype") + 1] == "bfloat16" and "PYTHONPATH" not in s.env, s.name
+    # the speculative servers keep their own switches (oracle, broken-commit flag) in float32 too
+    t15 = next(s for s in f32 if s.name == "hybrid-t15")
+    assert "SGLANG_DDTREE_ORACLE" in t15.env and "SGLANG_DDTREE_TEST_BREAK" in t15.env
+    assert L.EPS_FP32 < L.EPS_BF16
