@@ -25,7 +25,10 @@ uv sync --frozen --inexact --quiet
 torch_req="${DFLASH_TORCH:-torch==2.13.0+cpu}"
 if [ "$torch_req" != none ] && ! "$repo/.venv/bin/python" -c "import torch" >/dev/null 2>&1; then
   echo "CPU torch for the DDTree tests: pip install '$torch_req' into .venv (pip's configured sources)"
-  if ! python3 -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req"; then
+  # tried twice: a first attempt was once seen failing with "No module named pip" and the same command
+  # then passing (not reproduced); a source that truly lacks it fails both
+  if ! python3 -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req" \
+     && ! { echo "  retrying once"; python3 -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req"; }; then
     echo "  not installed (no configured index or find-links has '$torch_req'): the DDTree tests will skip" >&2
   fi
 fi
