@@ -33,6 +33,11 @@ options:
   max_tokens: {description: max_tokens of action=smoke., type: int, default: 64}
   host: {description: Host name used in messages., type: str, default: ''}
   python: {description: "The router layer's interpreter (action=probe).", type: str}
+  unit: {description: "The router's unit (action=wait): a unit whose process is gone ends the wait at once, with its log's cause.", type: str}
+  service_manager: {description: How the unit runs (action=wait)., type: str, choices: [systemd, runner], default: systemd}
+  unit_dir: {description: Unit directory of runner-managed units., type: path, default: /etc/systemd/system}
+  log_dir: {description: Logs of runner-managed units., type: path, default: /var/log/dflash}
+  run_dir: {description: Pidfiles of runner-managed units., type: path, default: /run/dflash}
   api_key: {description: "The workers' API key (action=smoke), sent as Authorization Bearer.", type: str}
 author: dflash-deploy
 """
@@ -53,6 +58,9 @@ record: {description: The chat completion record (smoke)., type: dict, returned:
 version: {description: sglang-router's version in the layer (probe)., type: str, returned: probe}
 """
 
+import os
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_router import (
     RouterError,
@@ -62,6 +70,49 @@ from ansible.module_utils.dflash_router import (
     smoke_router,
     wait_router,
 )
+from ansible.module_utils.dflash_runner import log_since_last_start
+from ansible.module_utils.dflash_runner import show as runner_show
+from ansible.module_utils.dflash_smoke import parse_show
+
+
+def unit_watch(module, p):
+    """(state(), log_tail()) of the router's unit: systemctl show and its journal, or the runner's pidfile
+    and log (hosts without systemd)."""
+    unit = p["unit"]
+    if p["service_manager"] == "runner":
+        pidfile = os.path.join(p["run_dir"], unit + ".pid")
+        log = os.path.join(p["log_dir"], unit + ".log")
+
+        def state():
+            if not os.path.exists(os.path.join(p["unit_dir"], unit)):
+                return {"LoadState": "not-found"}
+            return runner_show(pidfile)
+
+        def tail():
+            try:
+                with open(log, encoding="utf-8", errors="replace") as fh:
+                    fh.seek(max(0, os.path.getsize(log) - 64 * 1024))
+                    return log_since_last_start(fh.read())
+            except OSError:
+                return ""
+        return state, tail
+    systemctl, journalctl = module.get_bin_path("systemctl"), module.get_bin_path("journalctl")
+    since = time.time()
+
+    def state():
+        if not systemctl:
+            return {}
+        rc, out, _ = module.run_command([systemctl, "show", "-p", "LoadState,ActiveState,SubState,ExecMainStatus",
+                                         "--", unit])
+        return parse_show(out) if rc == 0 else {}
+
+    def tail():
+        if not journalctl:
+            return ""
+        _rc, out, _ = module.run_command([journalctl, "-u", unit, "--since", f"@{int(since) - 180}", "-n", "200",
+                                          "-o", "cat", "--no-pager"])
+        return out
+    return state, tail
 
 
 def main():
@@ -80,6 +131,11 @@ def main():
             "max_tokens": {"type": "int", "default": 64},
             "host": {"type": "str", "default": ""},
             "python": {"type": "str"},
+            "unit": {"type": "str"},
+            "service_manager": {"type": "str", "choices": ["systemd", "runner"], "default": "systemd"},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "log_dir": {"type": "path", "default": "/var/log/dflash"},
+            "run_dir": {"type": "path", "default": "/run/dflash"},
             "api_key": {"type": "str", "no_log": True},
         },
         required_if=[("action", "worker", ["url"]), ("action", "probe", ["python"])],
@@ -107,7 +163,9 @@ def main():
                                      f"{res['error']}; the router's unit was not changed")
             module.exit_json(changed=False, version=res["version"])
         if p["action"] == "wait":
-            res = wait_router(p["router"], p["expect"], timeout=p["timeout"], min_healthy=p["min_healthy"])
+            state, tail = unit_watch(module, p) if p["unit"] else (None, None)
+            res = wait_router(p["router"], p["expect"], timeout=p["timeout"], min_healthy=p["min_healthy"],
+                              unit_state=state, log_tail=tail)
             for u in res["missing"]:
                 module.warn(f"{where}the router does not list {u} as healthy (its instance is down or failing)")
             module.exit_json(changed=False, **res)

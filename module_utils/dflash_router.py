@@ -346,16 +346,49 @@ def probe_layer(python, run=subprocess.run, timeout=120.0) -> dict:
     return {"ok": False, "version": None, "error": probe_failure(proc.stderr, proc.returncode)}
 
 
+DEAD_STATES = ("failed", "inactive")
+
+
+def router_gone(state, log_tail=""):
+    """A unit state (`systemctl show` keys, or the runner's) that says the router's process is gone ->
+    the error message; None while it runs or starts."""
+    active = (state or {}).get("ActiveState")
+    if (state or {}).get("LoadState") in ("not-found", "error"):
+        return "its unit is not loaded (LoadState=" + str(state.get("LoadState")) + ")"
+    if active not in DEAD_STATES and (state or {}).get("SubState") != "auto-restart":  # crash-looping: gone too
+        return None
+    msg = f"its process is gone (ActiveState={active}, SubState={state.get('SubState')}"
+    if state.get("ExecMainStatus") not in (None, ""):
+        msg += f", exit status {state.get('ExecMainStatus')}"
+    msg += ")"
+    lines = [ln for ln in (log_tail or "").splitlines() if ln.strip()]
+    exc = probe_failure("\n".join(lines)) if lines else ""
+    if exc and not exc.startswith("exit status"):
+        msg += f": {exc}"
+    elif lines:
+        msg += ": " + " | ".join(ln.strip() for ln in lines[-3:])
+    return msg
+
+
 def wait_router(router, expect=(), timeout=120.0, interval=0.5, min_healthy=1, call=http, clock=time.monotonic,
-                sleep=time.sleep) -> dict:
+                sleep=time.sleep, unit_state=None, log_tail=None) -> dict:
     """Wait until the router answers /health and lists the expected workers healthy (all of them, or at
     least min_healthy once the timeout is near). -> {seconds, healthy: [url], missing: [url]}; raises when
-    the router never answers or fewer than min_healthy workers are healthy at the timeout."""
+    the router never answers or fewer than min_healthy workers are healthy at the timeout, and at once
+    when unit_state() (its unit's state) says its process is gone twice in a row while /health does not
+    answer (log_tail(): its log since the start, for the cause)."""
     t0 = clock()
     expect = [u.rstrip("/") for u in expect or []]
-    last_err, have = None, {}
+    last_err, have, dead = None, {}, 0
     while True:
         status, _body, err = call("GET", router.rstrip("/") + "/health", timeout=5.0)
+        if status != 200 and unit_state is not None:
+            gone = router_gone(unit_state())
+            dead = dead + 1 if gone else 0
+            if dead >= 2:
+                raise RouterError(f"the router at {router} does not answer and "
+                                  f"{router_gone(unit_state(), log_tail() if log_tail else '')} "
+                                  f"after {clock() - t0:.1f} s")
         if status == 200:
             try:
                 have = list_workers(router, call)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import dflash_router as rt
+import pytest
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "router"
 
@@ -71,3 +72,93 @@ def test_the_role_probes_the_layer_before_the_unit_points_at_it():
     assert names.index("Router | remember its layer and give the instances' fact back") < probe
     assert probe < names.index("Router | render sglang-router.service")
     assert tasks[probe]["dflash_router"]["python"] == "{{ __dflash_router_layer.path }}/bin/python"
+
+
+# ---------------------------------------------------------------- the wait ends when the router's process is gone
+
+def _refused(method, url, body=None, timeout=10.0, api_key=None):
+    return None, None, "[Errno 111] Connection refused"
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def clock(self):
+        return self.t
+
+    def sleep(self, d):
+        self.t += d
+
+
+def test_a_dead_router_ends_the_wait_at_once_with_its_logs_cause():
+    """As on the H200: the router died at import; the wait used to say 'Connection refused' after 120 s."""
+    tail = (FIX / "h200-fastapi-0.165-no-opentelemetry.stderr").read_text()
+    c = Clock()
+    with pytest.raises(rt.RouterError) as exc:
+        rt.wait_router("http://127.0.0.1:30000", ["http://w1:30001"], timeout=120.0, call=_refused,
+                       clock=c.clock, sleep=c.sleep,
+                       unit_state=lambda: {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed"},
+                       log_tail=lambda: tail)
+    msg = str(exc.value)
+    assert c.t < 2.0  # two polls, not the timeout
+    assert "process is gone (ActiveState=failed" in msg and "No module named 'opentelemetry'" in msg
+
+
+def test_a_starting_router_is_waited_for_and_one_dead_poll_is_not_enough():
+    c = Clock()
+    states = iter([{"ActiveState": "activating"}] * 6 + [{"ActiveState": "failed", "SubState": "failed"},
+                                                         {"ActiveState": "active"}] * 100)  # fmt: skip
+    with pytest.raises(rt.RouterError, match="did not answer in 5 s"):
+        rt.wait_router("http://r:30000", [], timeout=5.0, call=_refused, clock=c.clock, sleep=c.sleep,
+                       unit_state=lambda: next(states))
+
+
+@pytest.mark.parametrize("state, gone", [
+    ({"ActiveState": "active", "SubState": "running"}, None),
+    ({"ActiveState": "activating", "SubState": "start"}, None),
+    ({"ActiveState": "activating", "SubState": "auto-restart"}, "SubState=auto-restart"),
+    ({"ActiveState": "inactive", "SubState": "dead"}, "ActiveState=inactive"),
+    ({"ActiveState": "failed", "SubState": "failed", "ExecMainStatus": 1}, "exit status 1"),
+    ({"LoadState": "not-found"}, "not loaded"),
+    ({}, None),  # no systemctl: nothing known, the wait runs to its timeout as before
+])
+def test_router_gone(state, gone):
+    got = rt.router_gone(state, "Address already in use\n")
+    assert (got is None) if gone is None else (gone in got)
+    if gone and "LoadState" not in state:
+        assert got.endswith("Address already in use")
+
+
+def test_module_wait_on_the_runner_backend_ends_when_the_router_dies(tmp_path):
+    """The real module (library/dflash_router.py) on a runner-managed unit whose process fails at import
+    as on the H200: the wait fails in seconds, naming the missing module; without `unit` it would wait out
+    its timeout."""
+    import json
+    import socket
+
+    from ansible_play import run_play
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "sglang-router.service").write_text(
+        f"[Service]\nExecStart={sys.executable} -c \"import fastapi_0165_telemetry_needs_opentelemetry_xyz\"\n")
+    dirs = {"unit_dir": str(units), "log_dir": str(tmp_path / "log"), "run_dir": str(tmp_path / "run")}
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"dflash_runner": dict(dirs, name="sglang-router.service", state="restarted")},
+        {"dflash_router": dict(dirs, action="wait", router=f"http://127.0.0.1:{port}", timeout=60,
+                               unit="sglang-router.service", service_manager="runner", host="r1"),
+         "register": "w", "ignore_errors": True},
+        {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": "{{ w | to_json }}",
+                                  "mode": "0644"}},
+    ]}]  # fmt: skip
+    r = run_play(play, tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["failed"]
+    assert out["msg"].startswith(f"r1: router http://127.0.0.1:{port}: the router at")
+    assert "process is gone" in out["msg"]
+    assert "No module named 'fastapi_0165_telemetry_needs_opentelemetry_xyz'" in out["msg"]
+    assert float(out["msg"].rsplit("after ", 1)[1].split()[0]) < 30
