@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dflash_router as rt
 import pytest
+from test_smoke import FakeTime
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "router"
 
@@ -80,21 +81,10 @@ def _refused(method, url, body=None, timeout=10.0, api_key=None):
     return None, None, "[Errno 111] Connection refused"
 
 
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def clock(self):
-        return self.t
-
-    def sleep(self, d):
-        self.t += d
-
-
 def test_a_dead_router_ends_the_wait_at_once_with_its_logs_cause():
     """As on the H200: the router died at import; the wait used to say 'Connection refused' after 120 s."""
     tail = (FIX / "h200-fastapi-0.165-no-opentelemetry.stderr").read_text()
-    c = Clock()
+    c = FakeTime()
     with pytest.raises(rt.RouterError) as exc:
         rt.wait_router("http://127.0.0.1:30000", ["http://w1:30001"], timeout=120.0, call=_refused,
                        clock=c.clock, sleep=c.sleep,
@@ -106,7 +96,7 @@ def test_a_dead_router_ends_the_wait_at_once_with_its_logs_cause():
 
 
 def test_a_starting_router_is_waited_for_and_one_dead_poll_is_not_enough():
-    c = Clock()
+    c = FakeTime()
     states = iter([{"ActiveState": "activating"}] * 6 + [{"ActiveState": "failed", "SubState": "failed"},
                                                          {"ActiveState": "active"}] * 100)  # fmt: skip
     with pytest.raises(rt.RouterError, match="did not answer in 5 s"):
