@@ -3,14 +3,15 @@ bench/gpu/ddtree_lossless.py (re-scoring with return_logprob, /flush_cache, the 
 while SGLANG_DDTREE_TEST_BREAK's file says kv/state, outputs go wrong after a few tokens, as a real
 broken commit does, so the control's failure path is exercised too).
 
-It answers /health and /generate (deterministic toy continuation, fake spec meta_info) and writes fake
-step-timing lines, so the driver's orchestration (staggered starts, phases, oracle file, summaries) can be
+It answers /health and /generate (deterministic toy continuation, fake spec meta_info), writes fake
+step-timing lines and, for /start_profile, a stand-in trace (bench/gpu/ddtree_profile.py), so the driver's orchestration (staggered starts, phases, oracle file, summaries) can be
 checked on any machine in ~30 s without a GPU:
   python bench/gpu/ddtree_e2e.py prepare --site <dir with an sglang/ package> --work /tmp/w --series \
       files/patches/sglang/0.5.11 --out /tmp/o
   PYTHONPATH=bench/gpu/ddtree_dryrun python bench/gpu/ddtree_e2e.py run --work /tmp/w --out /tmp/o
 """
 
+import gzip
 import json
 import os
 import random
@@ -40,6 +41,22 @@ def toy(seq):
     return (sum((i + 1) * t for i, t in enumerate(seq[-4:])) * 31 + sum(seq) + len(seq)) % 150000
 
 
+def write_standin_trace(body):
+    """A Chrome trace shaped like torch's (kernels, runtime calls, a D2H copy per step): NOT a profile."""
+    steps, ev, t = int(body.get("num_steps") or 1), [], 0.0
+    for _ in range(steps):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": t, "dur": 5.0})
+        for k in range(3 if spec else 1):
+            ev.append({"ph": "X", "cat": "kernel", "name": f"standin_kernel_{k}", "ts": t + 10 + 100 * k, "dur": 80.0})
+        ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": t + 400, "dur": 2.0})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": t + 395, "dur": 10.0})
+        t += 1000.0
+    out = os.path.join(body["output_dir"], f"{body.get('profile_prefix') or 'standin'}-TP-0.trace.json.gz")
+    os.makedirs(body["output_dir"], exist_ok=True)
+    with gzip.open(out, "wt") as fh:
+        json.dump({"traceEvents": ev, "note": "NOT sglang: ddtree_dryrun stand-in trace"}, fh)
+
+
 class H(BaseHTTPRequestHandler):
     def log_message(self, *x):
         pass
@@ -57,6 +74,11 @@ class H(BaseHTTPRequestHandler):
             self.end_headers()
             return
         body = json.loads(self.rfile.read(length))
+        if self.path.startswith("/start_profile"):  # a stand-in trace, written at once (sglang: after num_steps)
+            write_standin_trace(body)
+            self.send_response(200)
+            self.end_headers()
+            return
         ids = body["input_ids"]
         n = body["sampling_params"]["max_new_tokens"]
         batch = isinstance(ids[0], list)

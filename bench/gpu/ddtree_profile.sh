@@ -1,0 +1,21 @@
+#!/bin/bash
+# Where a decode step's time goes, DFLASH vs DDTREE b15 at matched acceptance, under sglang's torch profiler,
+# on the GPU machine (one H200), one call: bench/gpu/ddtree_profile.py says what is reduced from the traces.
+#   run(command="bash bench/gpu/ddtree_profile.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
+#   (the bundle in parts as for bench/gpu/ddtree_e2e.sh when it does not fit beside the tree)
+# Env: MODEL (hybrid | dense, default hybrid), DDTREE_PROFILE_STEPS (default 24), BUDGET_S (default 575).
+# Results: $OUT/ddtree-profile/{summary.md,summary.json,run.log,logs.tar.xz}.
+# CPU dry run (stand-in servers that write a stand-in trace):
+#   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_profile.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+TAG=profile
+OUT=${OUT:-/tmp/ddtree-out}/ddtree-profile
+WORK=${WORK:-/root/ddtree-profile}
+MODEL=${MODEL:-hybrid}
+FAMILIES=$MODEL
+WEIGHTS=""
+source bench/gpu/ddtree_setup.sh
+LEFT=$(( ${BUDGET_S:-575} - ($(date +%s) - T0) ))
+"$PY" bench/gpu/ddtree_profile.py --work "$WORK" --out "$OUT" --model "$MODEL" --deadline-s "$(( LEFT - 20 ))"

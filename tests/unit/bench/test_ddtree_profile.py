@@ -1,0 +1,50 @@
+"""bench/gpu/ddtree_profile.py's reduction of a torch-profiler Chrome trace to per-step figures."""
+
+import gzip
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+import ddtree_profile as P
+
+
+def ev(cat, name, ts, dur):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+
+
+def test_per_step_figures_from_a_trace_with_overlapping_kernels_and_a_round_trip():
+    events = [{"ph": "M", "name": "process_name"}]  # metadata events are ignored
+    for step in range(2):  # 2 steps of 1000 us
+        t = 1000.0 * step
+        events += [
+            ev("cuda_runtime", "cudaGraphLaunch", t, 10),
+            ev("cuda_runtime", "cudaLaunchKernel", t + 20, 5),
+            ev("kernel", "gemm", t + 30, 200),
+            ev("kernel", "topk", t + 100, 200),  # overlaps gemm: busy 30..300 = 270 us, kernel sum 400
+            ev("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", t + 500, 10),
+            ev("cuda_runtime", "cudaStreamSynchronize", t + 490, 30),
+            ev("cpu_op", "aten::topk", t + 15, 40),
+        ]
+    events.append(ev("kernel", "gemm", 1990, 10))  # the window ends at 2000 us
+    r = P.summarize_trace({"traceEvents": events}, steps=2)
+    assert r["wall_ms"] == 1.0
+    assert r["gpu_busy_ms"] == round((270 + 10) * 2 / 1000 / 2 + 0.01 / 2, 4)
+    assert r["gpu_kernel_ms"] == round((400 * 2 + 10) / 1000 / 2, 4)
+    assert (r["kernels"], r["launches"], r["graph_launches"], r["syncs"], r["d2h"]) == (2.5, 1.0, 1.0, 1.0, 1.0)
+    assert r["top_kernels"][0] == {"name": "gemm", "total_ms": 0.41, "count": 3, "ms_per_step": 0.205}
+    assert r["top_cpu_ops"][0]["name"] == "aten::topk"
+
+
+def test_empty_or_list_traces():
+    r = P.summarize_trace([], steps=0)
+    assert r["steps"] == 1 and r["wall_ms"] == 0.0 and r["kernels"] == 0.0 and r["top_kernels"] == []
+    assert P.summarize_trace([ev("kernel", "k", 0, 1000)], steps=1)["gpu_busy_ms"] == 1.0
+
+
+def test_load_trace_reads_gzip(tmp_path):
+    p = tmp_path / "x-TP-0.trace.json.gz"
+    with gzip.open(p, "wt") as fh:
+        json.dump({"traceEvents": [ev("kernel", "k", 0, 500)]}, fh)
+    assert P.summarize_trace(P.load_trace(str(p)), 1)["gpu_kernel_ms"] == 0.5
