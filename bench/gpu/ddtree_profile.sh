@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 TAG=profile
 OUT=${OUT:-/tmp/ddtree-out}/ddtree-profile
-WORK=${WORK:-/root/ddtree-profile}
+WORK=${WORK:-$HOME/ddtree-profile}
 MODEL=${MODEL:-hybrid}
 FAMILIES=$MODEL
 WEIGHTS=""
