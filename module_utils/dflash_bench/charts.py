@@ -90,8 +90,9 @@ def throughput_chart(rows, path, standin=False):
                             va="bottom", fontsize=7)
             pts = [(x, a) for x, a in zip(xs, acc, strict=True) if a is not None]
             if pts:
-                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "o", color="black", ms=4,
-                         label=f"accept length c{level}" if j == 0 else None)
+                # one marker per concurrency level, each in the legend (the dots sit over their own bars)
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "osD^v<>"[j % 7], color="black", ms=4,
+                         label=f"accept length c{level}")
             series += [f"{wl}: tok/s c{level}"] + ([f"{wl}: accept length c{level}"] if pts else [])
         ax.set_xticks(range(len(configs)))
         ax.set_xticklabels(configs, rotation=30, ha="right", fontsize=8)
