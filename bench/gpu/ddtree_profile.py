@@ -8,7 +8,8 @@ sglang stops it itself after that many forward steps and writes `<prefix>-TP-0.t
 Chrome trace, under SGLANG_TORCH_PROFILER_DIR) while one request decodes; the trace is reduced here,
 on the machine, to per-step figures (the traces themselves are too big to bring back):
 
-  wall_ms        the profiled window's span / steps          gpu_busy_ms   union of kernel/memcpy/memset time / steps
+  wall_ms        first to last GPU activity / steps           gpu_busy_ms   union of kernel/memcpy/memset time / steps
+  client_ms_per_step  the last request's time / its verify steps (the client's view, prefill included)
   kernels        GPU kernels / step                          launches      cudaLaunchKernel (+ cuLaunchKernel) / step
   graph_launches cudaGraphLaunch / step                      syncs         host waits on the device / step
   d2h            device-to-host copies / step (each is a host round trip when followed by a sync)
@@ -63,7 +64,10 @@ def summarize_trace(trace, steps, top=12):
     kernels = [e for e in gpu if e.get("cat") == "kernel"]
     runtime = [e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     cpu_ops = [e for e in xs if e.get("cat") == "cpu_op"]
-    span = (max(e["ts"] + e["dur"] for e in xs) - min(e["ts"] for e in xs)) / 1000.0 if xs else 0.0
+    # the window from the first to the last GPU activity (an idle scheduler before the request arrives
+    # records host events, not kernels); host events only when the trace has no GPU activity
+    sp = gpu or xs
+    span = (max(e["ts"] + e["dur"] for e in sp) - min(e["ts"] for e in sp)) / 1000.0 if sp else 0.0
 
     def count(names):
         return sum(1 for e in runtime if e.get("name") in names)
@@ -113,7 +117,8 @@ def profile_server(srv, prompt, n_new, steps, out_dir, timeout=180):
     with urllib.request.urlopen(req, timeout=60) as r:  # sglang answers plain text ("Start profiling.")
         r.read()
     end = time.time() + timeout
-    found, res, dt, sent = [], {}, 0.0, 0
+    res, dt = srv.generate(prompt, n_new)
+    found, sent = [], 1
     while time.time() < end:
         found = sorted(glob.glob(os.path.join(out_dir, f"{srv.name}-*.trace.json*")))
         if found and os.path.getsize(found[-1]) > 0:
@@ -131,6 +136,8 @@ def profile_server(srv, prompt, n_new, steps, out_dir, timeout=180):
         row["error"] = f"no trace in {out_dir} after {timeout} s"
         return row
     row.update(summarize_trace(load_trace(found[-1]), steps))
+    if row.get("verify_ct"):  # the client's view of the last request: ms per forward step, prefill included
+        row["client_ms_per_step"] = round(1000.0 * dt / row["verify_ct"], 4)
     return row
 
 
@@ -138,13 +145,13 @@ def write_markdown(summary, path):
     lines = [f"# DDTree step profile on the GPU ({summary['started']})", "",
              (f"model {summary['model']}; {summary['steps']} profiled forward steps per server (sglang /start_profile); "
              "acceptance matched by the oracle (ranks all 0)"), "",
-             ("| server | accept length | wall ms/step | GPU busy ms/step | kernels/step | launches/step | "
-             "graph launches/step | syncs/step | D2H/step |"), "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             ("| server | accept length | client ms/step | wall ms/step | GPU busy ms/step | kernels/step | "
+              "launches/step | graph launches/step | syncs/step | D2H/step |"), "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in summary["servers"].items():
         if "error" in r and "wall_ms" not in r:
-            lines.append(f"| {name} | ERROR {r['error']} | | | | | | | |")
+            lines.append(f"| {name} | ERROR {r['error']} | | | | | | | | |")
             continue
-        lines.append(f"| {name} | {r.get('accept_length')} | {r['wall_ms']} | {r['gpu_busy_ms']} | {r['kernels']} | "
+        lines.append(f"| {name} | {r.get('accept_length')} | {r.get('client_ms_per_step')} | {r['wall_ms']} | {r['gpu_busy_ms']} | {r['kernels']} | "
                      f"{r['launches']} | {r['graph_launches']} | {r['syncs']} | {r['d2h']} |")
     for name, r in summary["servers"].items():
         for key in ("top_kernels", "top_cpu_ops"):

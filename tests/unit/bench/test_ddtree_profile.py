@@ -15,7 +15,8 @@ def ev(cat, name, ts, dur):
 
 
 def test_per_step_figures_from_a_trace_with_overlapping_kernels_and_a_round_trip():
-    events = [{"ph": "M", "name": "process_name"}]  # metadata events are ignored
+    events = [{"ph": "M", "name": "process_name"},  # metadata events are ignored
+              ev("cpu_op", "scheduler idle poll", -5000, 10)]  # before the request: not in the step window
     for step in range(2):  # 2 steps of 1000 us
         t = 1000.0 * step
         events += [
@@ -29,7 +30,7 @@ def test_per_step_figures_from_a_trace_with_overlapping_kernels_and_a_round_trip
         ]
     events.append(ev("kernel", "gemm", 1990, 10))  # the window ends at 2000 us
     r = P.summarize_trace({"traceEvents": events}, steps=2)
-    assert r["wall_ms"] == 1.0
+    assert r["wall_ms"] == 0.985  # first kernel (30 us) to the last GPU activity's end (2000 us), per step
     assert r["gpu_busy_ms"] == round((270 + 10) * 2 / 1000 / 2 + 0.01 / 2, 4)
     assert r["gpu_kernel_ms"] == round((400 * 2 + 10) / 1000 / 2, 4)
     assert (r["kernels"], r["launches"], r["graph_launches"], r["syncs"], r["d2h"]) == (2.5, 1.0, 1.0, 1.0, 1.0)
