@@ -58,7 +58,6 @@ record: {description: The chat completion record (smoke)., type: dict, returned:
 version: {description: sglang-router's version in the layer (probe)., type: str, returned: probe}
 """
 
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -70,49 +69,27 @@ from ansible.module_utils.dflash_router import (
     smoke_router,
     wait_router,
 )
-from ansible.module_utils.dflash_runner import log_since_last_start
-from ansible.module_utils.dflash_runner import show as runner_show
-from ansible.module_utils.dflash_smoke import parse_show
+from ansible.module_utils.dflash_runner import RunnerUnits
+from ansible.module_utils.dflash_smoke import SHOW_PROPERTIES, journal_tail, parse_show
 
 
 def unit_watch(module, p):
     """(state(), log_tail()) of the router's unit: systemctl show and its journal, or the runner's pidfile
-    and log (hosts without systemd)."""
+    and log (hosts without systemd), as dflash_wait reads an instance's."""
     unit = p["unit"]
     if p["service_manager"] == "runner":
-        pidfile = os.path.join(p["run_dir"], unit + ".pid")
-        log = os.path.join(p["log_dir"], unit + ".log")
-
-        def state():
-            if not os.path.exists(os.path.join(p["unit_dir"], unit)):
-                return {"LoadState": "not-found"}
-            return runner_show(pidfile)
-
-        def tail():
-            try:
-                with open(log, encoding="utf-8", errors="replace") as fh:
-                    fh.seek(max(0, os.path.getsize(log) - 64 * 1024))
-                    return log_since_last_start(fh.read())
-            except OSError:
-                return ""
-        return state, tail
+        units = RunnerUnits(p["unit_dir"], p["log_dir"], p["run_dir"])
+        return (lambda: units.show(unit)), (lambda: units.log_text(unit))
     systemctl, journalctl = module.get_bin_path("systemctl"), module.get_bin_path("journalctl")
-    since = time.time()
+    since = time.time() - 180  # the restart was the task before; its first lines may be older than this call
 
     def state():
         if not systemctl:
             return {}
-        rc, out, _ = module.run_command([systemctl, "show", "-p", "LoadState,ActiveState,SubState,ExecMainStatus",
-                                         "--", unit])
+        rc, out, _ = module.run_command([systemctl, "show", "-p", ",".join(SHOW_PROPERTIES), "--", unit])
         return parse_show(out) if rc == 0 else {}
 
-    def tail():
-        if not journalctl:
-            return ""
-        _rc, out, _ = module.run_command([journalctl, "-u", unit, "--since", f"@{int(since) - 180}", "-n", "200",
-                                          "-o", "cat", "--no-pager"])
-        return out
-    return state, tail
+    return state, (lambda: journal_tail(module, journalctl, unit, since, lines=200))
 
 
 def main():

@@ -134,10 +134,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import mark
-from ansible.module_utils.dflash_runner import log_since_last_start
-from ansible.module_utils.dflash_runner import show as runner_show
-from ansible.module_utils.dflash_runner import start as runner_start
-from ansible.module_utils.dflash_runner import stop as runner_stop
+from ansible.module_utils.dflash_runner import RunnerUnits, log_since_last_start
 from ansible.module_utils.dflash_secrets import redact
 from ansible.module_utils.dflash_smoke import (
     SHOW_PROPERTIES,
@@ -150,6 +147,7 @@ from ansible.module_utils.dflash_smoke import (
     health_status,
     instance_secret_values,
     journal_argv,
+    journal_tail,
     merge_record,
     parse_show,
     smoke_all,
@@ -338,55 +336,13 @@ def _shift(res, offset):
             st["seconds"] = round(st["seconds"] + offset, 3)
 
 
-def journal_tail(module, journalctl, unit, since, lines=400):
-    """The unit's journal since the restart (its tail): where the start-up is."""
-    if not journalctl:
-        return ""
-    _rc, out, _err = module.run_command(journal_argv(unit, since, lines))
-    return out
-
-
-class RunnerBackend:
+class RunnerBackend(RunnerUnits):
     """Hosts without systemd (dflash_service_manager=runner): the rendered unit's command runs in its
     own session (module_utils/dflash_runner.py); the log file since the last start stands in for the
     journal. User=, sandboxing and Restart= are not applied there."""
 
-    def __init__(self, unit_dir, log_dir, run_dir):
-        self.unit_dir, self.log_dir, self.run_dir = unit_dir, log_dir, run_dir
-
-    def _paths(self, unit):
-        return (os.path.join(self.unit_dir, unit), os.path.join(self.log_dir, unit + ".log"),
-                os.path.join(self.run_dir, unit + ".pid"))
-
-    def restart(self, units):
-        errors = []
-        for unit in units:
-            path, log, pidfile = self._paths(unit)
-            runner_stop(pidfile)
-            try:
-                runner_start(path, log, pidfile)
-            except (OSError, ValueError, KeyError) as exc:
-                errors.append(f"{unit}: {exc}")
-        return {"rc": 1 if errors else 0, "stderr": "; ".join(errors), "backend": "runner"}
-
-    def show(self, unit):
-        path, _log, pidfile = self._paths(unit)
-        if not os.path.exists(path):
-            return {"LoadState": "not-found"}
-        return runner_show(pidfile)
-
-    def log_text(self, unit, max_bytes=256 * 1024):
-        """The log since the last start (its tail)."""
-        _path, log, _pid = self._paths(unit)
-        try:
-            with open(log, encoding="utf-8", errors="replace") as fh:
-                fh.seek(max(0, os.path.getsize(log) - max_bytes))
-                return log_since_last_start(fh.read())
-        except OSError:
-            return ""
-
     def diagnose(self, unit):
-        _path, log, _pid = self._paths(unit)
+        _path, log, _pid = self.paths(unit)
         try:
             with open(log, encoding="utf-8", errors="replace") as fh:
                 text = log_since_last_start(fh.read())

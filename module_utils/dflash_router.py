@@ -28,10 +28,10 @@ import urllib.error
 import urllib.request
 
 try:
-    from ansible.module_utils.dflash_smoke import SmokeError, check_chat
+    from ansible.module_utils.dflash_smoke import SmokeError, check_chat, judge
     from ansible.module_utils.dflash_tp import nnodes_of
 except ImportError:
-    from dflash_smoke import SmokeError, check_chat
+    from dflash_smoke import SmokeError, check_chat, judge
     from dflash_tp import nnodes_of
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
@@ -346,18 +346,18 @@ def probe_layer(python, run=subprocess.run, timeout=120.0) -> dict:
     return {"ok": False, "version": None, "error": probe_failure(proc.stderr, proc.returncode)}
 
 
-DEAD_STATES = ("failed", "inactive")
-
-
 def router_gone(state, log_tail=""):
-    """A unit state (`systemctl show` keys, or the runner's) that says the router's process is gone ->
-    the error message; None while it runs or starts."""
-    active = (state or {}).get("ActiveState")
-    if (state or {}).get("LoadState") in ("not-found", "error"):
-        return "its unit is not loaded (LoadState=" + str(state.get("LoadState")) + ")"
-    if active not in DEAD_STATES and (state or {}).get("SubState") != "auto-restart":  # crash-looping: gone too
+    """A unit state (`systemctl show` keys, or the runner's) whose verdict, as for an instance
+    (dflash_smoke.judge), says the router's process is gone or crash-looping -> the error message; None
+    while it runs or starts."""
+    state = state or {}
+    # restarts counted before this wait (NRestarts outlives a manual start) are not this start's
+    verdict = judge(state, None, baseline_restarts=state.get("NRestarts") or 0)
+    if verdict not in ("failed", "restarted", "exited", "missing"):
         return None
-    msg = f"its process is gone (ActiveState={active}, SubState={state.get('SubState')}"
+    if verdict == "missing":
+        return f"its unit is not loaded (LoadState={state.get('LoadState')})"
+    msg = f"its process is gone ({verdict}: ActiveState={state.get('ActiveState')}, SubState={state.get('SubState')}"
     if state.get("ExecMainStatus") not in (None, ""):
         msg += f", exit status {state.get('ExecMainStatus')}"
     msg += ")"

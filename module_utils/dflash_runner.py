@@ -290,3 +290,45 @@ def default_service_manager(facts):
     """dflash_service_manager's default from the host's facts: systemd where the host runs it
     (ansible_facts.service_mgr; facts not gathered count as systemd), else this runner."""
     return "systemd" if (facts or {}).get("service_mgr", "systemd") == "systemd" else "runner"
+
+
+class RunnerUnits:
+    """The runner's units as a service manager (hosts without systemd, dflash_service_manager=runner):
+    <unit_dir>/<unit> rendered as for systemd, its log <log_dir>/<unit>.log (the journal's stand-in),
+    its pidfile <run_dir>/<unit>.pid. Used by dflash_wait (instances) and dflash_router (the router)."""
+
+    def __init__(self, unit_dir, log_dir="/var/log/dflash", run_dir="/run/dflash"):
+        self.unit_dir, self.log_dir, self.run_dir = unit_dir, log_dir, run_dir
+
+    def paths(self, unit):
+        """-> (unit file, log file, pidfile)"""
+        return (os.path.join(self.unit_dir, unit), os.path.join(self.log_dir, unit + ".log"),
+                os.path.join(self.run_dir, unit + ".pid"))
+
+    def restart(self, units):
+        errors = []
+        for unit in units:
+            path, log, pidfile = self.paths(unit)
+            stop(pidfile)
+            try:
+                start(path, log, pidfile)
+            except (OSError, ValueError, KeyError) as exc:
+                errors.append(f"{unit}: {exc}")
+        return {"rc": 1 if errors else 0, "stderr": "; ".join(errors), "backend": "runner"}
+
+    def show(self, unit):
+        path, _log, pidfile = self.paths(unit)
+        if not os.path.exists(path):
+            return {"LoadState": "not-found"}
+        return show(pidfile)
+
+    def log_text(self, unit, max_bytes=256 * 1024):
+        """The log since the last start (its tail)."""
+        _path, log, _pid = self.paths(unit)
+        try:
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                fh.seek(max(0, os.path.getsize(log) - max_bytes))
+                return log_since_last_start(fh.read())
+        except OSError:
+            return ""
+

@@ -400,6 +400,14 @@ def journal_argv(unit: str, since_epoch: float, lines: int = 5000) -> list:
             "-n", str(int(lines))]
 
 
+def journal_tail(module, journalctl, unit, since, lines=400):
+    """The unit's journal since `since` (its tail), through an AnsibleModule; "" without journalctl."""
+    if not journalctl:
+        return ""
+    _rc, out, _err = module.run_command(journal_argv(unit, since, lines))
+    return out
+
+
 # ----------------------------------------------------------------------------- HTTP
 
 

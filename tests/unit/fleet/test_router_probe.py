@@ -92,7 +92,7 @@ def test_a_dead_router_ends_the_wait_at_once_with_its_logs_cause():
                        log_tail=lambda: tail)
     msg = str(exc.value)
     assert c.t < 2.0  # two polls, not the timeout
-    assert "process is gone (ActiveState=failed" in msg and "No module named 'opentelemetry'" in msg
+    assert "process is gone (failed: ActiveState=failed" in msg and "No module named 'opentelemetry'" in msg
 
 
 def test_a_starting_router_is_waited_for_and_one_dead_poll_is_not_enough():
@@ -112,6 +112,7 @@ def test_a_starting_router_is_waited_for_and_one_dead_poll_is_not_enough():
     ({"ActiveState": "failed", "SubState": "failed", "ExecMainStatus": 1}, "exit status 1"),
     ({"LoadState": "not-found"}, "not loaded"),
     ({}, None),  # no systemctl: nothing known, the wait runs to its timeout as before
+    ({"ActiveState": "active", "SubState": "running", "NRestarts": 3}, None),  # restarts from before this start
 ])
 def test_router_gone(state, gone):
     got = rt.router_gone(state, "Address already in use\n")
