@@ -435,7 +435,10 @@ def verdict(summary, m):
     """One line per model: the Done-when conditions."""
     mm = summary["models"].get(m) or {}
     c = mm.get("controls") or {}
-    out = []
+    # a server that never served is a failed part of the check, not one left out (H200 run of 2026-12-02:
+    # the float32 graphs-off DDTREE server died at its first draft step and the verdict still said PASS)
+    out = [f"{name}: never served ({s.get('error') or 'not healthy'})" for name, s in summary.get("servers", {}).items()
+           if name.startswith(f"{m}-") and not s.get("healthy_after_s")]  # fmt: skip
     for label in ("plain", "oracle_branch"):
         ph = (mm.get("phases") or {}).get(label) or {}
         for name, r in (ph.get("servers") or {}).items():

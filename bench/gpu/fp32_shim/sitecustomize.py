@@ -9,7 +9,9 @@ imported, the shim patches it, before anyone else imports from it:
   (plain torch), everything else the CUDA kernel as before;
 - the GDN ops (fp32_gdn.PATCHES: chunked prefill, packed decode, sigmoid-gating decode): float32 inputs
   run fp32_gdn's plain-torch recurrence, everything else the original Triton kernel, unchanged;
-- the Triton extend attention: float32 calls get half-size tiles (fp32_attention.py: shared memory).
+- the Triton extend attention: float32 calls get half-size tiles (fp32_attention.py: shared memory);
+- the DFlash draft model: float32 weights get float32 input_embeds (fp32_draft.py: sglang's eager
+  extend path casts them to bfloat16).
 """
 
 import importlib.abc
@@ -21,6 +23,7 @@ MULTI_PLATFORM = "sglang.srt.layers.utils.multi_platform"
 GDN = ("sglang.srt.layers.attention.fla.chunk", "sglang.srt.layers.attention.fla.fused_recurrent",
        "sglang.srt.layers.attention.fla.fused_sigmoid_gating_recurrent")  # fmt: skip  (= fp32_gdn.PATCHES)
 EXTEND_ATTENTION = "sglang.srt.layers.attention.triton_ops.extend_attention"
+DFLASH_DRAFT = "sglang.srt.models.dflash"
 
 
 def _patch_multi_platform(module):
@@ -56,6 +59,13 @@ def _patch_extend_attention(module):
     import fp32_attention
 
     fp32_attention.patch(module)
+
+
+def _patch_dflash_draft(module):
+    _here()
+    import fp32_draft
+
+    fp32_draft.patch(module)
 
 
 def _patch_gdn(module):
@@ -95,4 +105,4 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _Finder({MULTI_PLATFORM: _patch_multi_platform, EXTEND_ATTENTION: _patch_extend_attention,
-                                 **{m: _patch_gdn for m in GDN}}))  # fmt: skip
+                                 DFLASH_DRAFT: _patch_dflash_draft, **{m: _patch_gdn for m in GDN}}))  # fmt: skip

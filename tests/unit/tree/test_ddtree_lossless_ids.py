@@ -71,3 +71,16 @@ def test_float32_mode_runs_every_server_in_float32_through_the_shim(tmp_path):
     t15 = next(s for s in f32 if s.name == "hybrid-t15")
     assert "SGLANG_DDTREE_ORACLE" in t15.env and "SGLANG_DDTREE_TEST_BREAK" in t15.env
     assert L.EPS_FP32 < L.EPS_BF16
+
+
+def test_verdict_fails_when_a_server_never_served():
+    ok = L.judge([rec("bs1", 0, 3, [5, 6, 7])], {"bs1:0:3": [5, 6, 7]})
+    mm = {"controls": {"context_changes_output": True, "repeat_identical": True},
+          "phases": {"plain": {"ranks": [], "servers": {"hybrid-t15": ok}}},
+          "broken_commit": {"state": {"control_fails_as_it_must": True}}}  # fmt: skip
+    up = {"healthy_after_s": 50.0, "error": None}
+    summary = {"models": {"hybrid": mm}, "servers": {"hybrid-ref": up, "hybrid-t15": up, "dense-t15ng": {
+        "healthy_after_s": None, "error": "exited rc=-9"}}}  # fmt: skip
+    assert L.verdict(summary, "hybrid") == "PASS"  # another model's server is not this model's
+    summary["servers"]["hybrid-t15ng"] = {"healthy_after_s": None, "error": "exited rc=-9"}
+    assert L.verdict(summary, "hybrid") == "FAIL: hybrid-t15ng: never served (exited rc=-9)"

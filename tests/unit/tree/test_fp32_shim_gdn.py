@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 SHIM = os.path.join(ROOT, "bench", "gpu", "fp32_shim")
 sys.path.insert(0, SHIM)
 import fp32_attention
+import fp32_draft
 import fp32_gdn
 
 H, HV, K, V = 2, 4, 8, 6  # two value heads per q/k head, as Qwen3.5's GDN layers have
@@ -263,10 +264,22 @@ def fake_sglang(tmp_path, monkeypatch):
     root = tmp_path / "sglang"
     fla = root / "srt" / "layers" / "attention" / "fla"
     utils = root / "srt" / "layers" / "utils"
-    for d in (fla, utils):
+    models = root / "srt" / "models"
+    for d in (fla, utils, models):
         d.mkdir(parents=True)
-    for d in (root, root / "srt", root / "srt" / "layers", root / "srt" / "layers" / "attention", fla, utils):
+    for d in (root, root / "srt", root / "srt" / "layers", root / "srt" / "layers" / "attention", fla, utils, models):
         (d / "__init__.py").touch()
+    (models / "dflash.py").write_text(textwrap.dedent("""
+        import torch
+
+        class DFlashDraftModel(torch.nn.Module):
+            def __init__(self, dtype):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 4, bias=False, dtype=dtype)
+
+            def forward(self, input_ids, positions, forward_batch, input_embeds=None, get_embedding=False):
+                return self.fc(input_embeds)
+    """))
     (fla / "chunk.py").write_text(textwrap.dedent("""
         def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, initial_state_indices=None,
                                    cu_seqlens=None, head_first=False, use_qk_l2norm_in_kernel=False):
@@ -329,3 +342,20 @@ def test_extend_attention_tiles_halved_only_for_float32():
     assert mod.extend_attention_fwd_unified(q=torch.zeros(1), o=None) == (64, 32)
     assert mod.extend_attention_fwd_unified(torch.zeros(1, dtype=torch.float16), None) == (128, 64)
     assert mod._get_block_sizes_for_extend_attention(256, 256)[3:5] == (128, 64)  # outside a float32 call
+
+
+def test_draft_gets_float32_embeds_only_when_its_weights_are_float32(fake_sglang, capfd):
+    """sglang's eager extend path hands input_embeds over as bfloat16: a float32 draft gets them back in
+    float32 (its first projection would refuse bfloat16), a bfloat16 draft exactly what it was given."""
+    from sglang.srt.models.dflash import DFlashDraftModel
+
+    embeds = torch.randn(3, 4).bfloat16()
+    out = DFlashDraftModel(torch.float32).forward(None, None, None, input_embeds=embeds)
+    assert out.dtype == torch.float32
+    out = DFlashDraftModel(torch.float32)(None, None, None, embeds)  # positional, through nn.Module.__call__
+    assert out.dtype == torch.float32
+    assert DFlashDraftModel(torch.bfloat16).forward(None, None, None, input_embeds=embeds).dtype == torch.bfloat16
+    with pytest.raises(RuntimeError):  # unpatched, the dtype clash the shim answers (H200 run of 2026-12-02)
+        DFlashDraftModel.forward.__wrapped__(DFlashDraftModel(torch.float32), None, None, None, embeds)
+    assert "DFlashDraftModel takes float32 input_embeds" in capfd.readouterr().err
+    assert fp32_draft.MODEL_CLASS == "DFlashDraftModel"
