@@ -15,8 +15,6 @@ import sys
 
 import torch
 
-MODEL_CLASS = "DFlashDraftModel"
-
 
 def float32_embeds(forward):
     @functools.wraps(forward)
@@ -31,7 +29,7 @@ def float32_embeds(forward):
 
 
 def patch(module):
-    cls = getattr(module, MODEL_CLASS)
+    cls = module.EntryClass  # the class sglang's model registry loads from sglang.srt.models.dflash
     cls.forward = float32_embeds(cls.forward)
-    print(f"fp32_shim: {MODEL_CLASS} takes float32 input_embeds when its weights are float32 (TEST ONLY)",
+    print(f"fp32_shim: {cls.__name__} takes float32 input_embeds when its weights are float32 (TEST ONLY)",
           file=sys.stderr)  # fmt: skip

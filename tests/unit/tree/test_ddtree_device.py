@@ -180,6 +180,23 @@ def test_tree_builder_without_cuda_runs_the_build(du, dd):
     assert torch.equal(out.tokens, want.tokens) and not builder._graphs  # no graph on CPU
     chain = builder.build(lp, tk, torch.tensor([1, 2]), torch.tensor([9, 9]), 4, linear=True)
     assert chain.num_nodes.tolist() == [6, 6]
+    assert out.next_token is None and chain.next_sibling is None  # no links asked for
+
+
+def test_tree_builder_makes_the_links_with_the_tree(dd):
+    """TreeBuilder(links=f) runs f on the built tree's parents inside the same build (the graph on
+    CUDA): hybrid targets get their kernel links without eager kernels of their own."""
+    g = torch.Generator().manual_seed(9)
+    lp, tk = random_topk(g, 2, 6, 4)
+    seen = []
+
+    def links(parents):
+        seen.append(parents)
+        return parents + 1, parents - 1
+
+    out = dd.TreeBuilder(11, links=links).build(lp, tk, torch.tensor([1, 2]), torch.tensor([9, 9]), 4)
+    assert len(seen) == 1 and seen[0] is out.parents
+    assert torch.equal(out.next_token, out.parents + 1) and torch.equal(out.next_sibling, out.parents - 1)
 
 
 # ---------------------------------------------------------------- mask, walk, commit
@@ -219,6 +236,20 @@ def test_mask_walk_and_commit_indexes_match_the_reference(du, dd):
         keep, drop = dd.commit_indexes(got.path_dev, torch.tensor(commit, dtype=torch.int32), commit)
         want_keep, want_drop = du.compaction_indices(want.paths, commit, width)
         assert torch.equal(keep, want_keep) and torch.equal(drop, want_drop)
+        # what a step runs: the same lists from the walk's host copy (no device work)
+        host_keep, host_drop = dd.host_commit_indexes(got.paths, commit, width)
+        assert host_keep == want_keep.tolist() and host_drop == want_drop.tolist()
+
+
+def test_host_commit_indexes_linear_layout_and_refusal(dd):
+    """The test-only 'kv' break commits the linear layout's first slots; a commit longer than the
+    accepted path is a caller's bug and is refused."""
+    keep, drop = dd.host_commit_indexes([list(range(4))] * 2, [3, 0], 4)
+    assert keep == [0, 1, 2] and drop == [3, 4, 5, 6, 7]
+    keep, drop = dd.host_commit_indexes([[0, 2, 3], [0]], [3, 1], 4)
+    assert keep == [0, 2, 3, 4] and drop == [1, 5, 6, 7]
+    with pytest.raises(ValueError, match="request 1 commits 2 tokens"):
+        dd.host_commit_indexes([[0], [0]], [1, 2], 4)
 
 
 def test_padding_is_never_accepted_on_the_device(du, dd):

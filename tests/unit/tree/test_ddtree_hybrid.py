@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import random
 import sys
 
 import pytest
@@ -244,6 +245,7 @@ def test_the_commit_takes_the_accepted_node_state_through_a_non_first_branch(mod
     commit_lens = torch.tensor(commit)
     steps = dh.accepted_state_slots(slots, commit_lens)
     assert steps.tolist() == [p[-1] for p in paths]
+    assert dh.host_state_slots(paths, commit) == steps.tolist()  # what the step runs, from the host copy
     wrong = dh.linear_state_slots(commit_lens)
     for b in range(2):
         tokens = tree.tokens[b].tolist()
@@ -262,6 +264,7 @@ def test_nothing_committed_and_partial_commits(mods):
     assert slots.tolist()[0] == [0, 2, 5, -1, -1, -1, -1, -1]
     # a request that finished after the first accepted node commits that node's state
     assert dh.accepted_state_slots(slots, torch.tensor([2, 1, 0])).tolist() == [2, 0, -1]
+    assert dh.host_state_slots([[0, 2, 5], [0], [0, 1]], [2, 1, 0]) == [2, 0, -1]
     with pytest.raises(ValueError, match="more than W"):
         dh.path_slots_tensor([[0, 1, 2]], 2)
 
@@ -281,6 +284,7 @@ def test_tracking_point_slot_holds_exactly_the_tracking_point_state(mods, pre, c
     post = pre + commit
     slot = dh.mamba_track_slots(dh.path_slots_tensor([path], tree.width), torch.tensor([pre]),
                                 torch.tensor([post]), torch.tensor([commit]), interval)  # fmt: skip
+    assert dh.host_track_slots([path], [pre], [commit], interval) == slot.tolist()  # the step's host copy
     crossed = pre // interval != post // interval
     if not crossed:
         assert slot.tolist() == [-1]
@@ -305,3 +309,22 @@ def test_break_switch_is_read_from_its_file(mods, tmp_path, monkeypatch):
     assert dh.break_mode() == "kv"
     f.write_text("everything")
     assert dh.break_mode() is None
+
+
+def test_host_slots_equal_the_device_slots_on_random_batches(mods):
+    """host_state_slots / host_track_slots against accepted_state_slots / mamba_track_slots: random
+    trees, random accepted paths (any branch), every commit length, tracking intervals around them."""
+    dh, du = mods["ddtree_hybrid"], mods["ddtree_utils"]
+    rng = random.Random(4)
+    for seed in range(40):
+        bs = rng.randint(1, 4)
+        tree = random_tree(du, 100 + seed, budget=rng.randint(1, 15), topk=rng.randint(1, 4), bs=bs)
+        paths = [path_of(tree.parents[b], rng.randint(0, tree.num_nodes[b])) for b in range(bs)]
+        commit = [rng.randint(0, len(p)) for p in paths]
+        pre = [rng.randint(0, 300) for _ in range(bs)]
+        interval = rng.choice([1, 2, 8, 64, 256])
+        slots = dh.path_slots_tensor(paths, tree.width)
+        lens = torch.tensor(commit)
+        assert dh.host_state_slots(paths, commit) == dh.accepted_state_slots(slots, lens).tolist()
+        want = dh.mamba_track_slots(slots, torch.tensor(pre), torch.tensor(pre) + lens, lens, interval)
+        assert dh.host_track_slots(paths, pre, commit, interval) == want.tolist(), (paths, pre, commit, interval)

@@ -1,4 +1,4 @@
-"""The DDTree patches (0101, 0102, 0103) after the series' registration patches, on the pinned wheel.
+"""The DDTree patches (0101-0104) after the series' registration patches, on the pinned wheel.
 
 Checks what can be checked without a GPU build of sglang: the series applies (with
 module_utils/dflash_tree/), every file the DDTree patches touch compiles, the worker hook
@@ -41,7 +41,8 @@ DDTREE_FILES = [
 ]
 
 
-DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch")
+DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch",
+                  "0104-ddtree-step-launches.patch")  # fmt: skip
 
 
 def ddtree_series(patch_dir):
@@ -90,6 +91,7 @@ def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     assert names.index("0101-ddtree-utils.patch") > names.index("0002-ddtree-server-args.patch")
     assert names.index("0102-ddtree-worker.patch") > names.index("0101-ddtree-utils.patch")
     assert names.index("0103-ddtree-hybrid.patch") > names.index("0102-ddtree-worker.patch")
+    assert names.index("0104-ddtree-step-launches.patch") > names.index("0103-ddtree-hybrid.patch")
     for rel in DDTREE_FILES:
         assert any(p.startswith("01") for p in patched.touched[rel]), rel
 

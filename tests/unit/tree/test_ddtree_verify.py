@@ -338,8 +338,8 @@ def check_step(s, expect_accepts):
         assert [s.tree.depths[b, k].item() for k in slots] == list(range(commit))  # one slot per depth
         for a, c in itertools.pairwise(slots):
             assert int(s.tree.parents[b, c]) == a  # each kept slot is the previous one's child
-        # what a hybrid target's state commit reads (0103): the same path, slot by slot
-        assert s.vi.accepted_path_slots[b, :commit].tolist() == slots
+        # what a hybrid target's state commit reads (0103, from the walk's host copy since 0104): the same path, slot by slot
+        assert s.vi.accepted_paths[b][:commit] == slots and s.vi.commit_lens_host[b] == commit
         # the hidden states handed to the draft: those slots, in order
         rows = next_hidden[sum(int(x) for x in commit_lens[:b]) :][:commit]
         assert rows[:, 0].tolist() == [float(b)] * commit and rows[:, 1].tolist() == [float(k) for k in slots]

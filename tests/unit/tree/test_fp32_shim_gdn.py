@@ -28,7 +28,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 SHIM = os.path.join(ROOT, "bench", "gpu", "fp32_shim")
 sys.path.insert(0, SHIM)
 import fp32_attention
-import fp32_draft
 import fp32_gdn
 
 H, HV, K, V = 2, 4, 8, 6  # two value heads per q/k head, as Qwen3.5's GDN layers have
@@ -279,6 +278,8 @@ def fake_sglang(tmp_path, monkeypatch):
 
             def forward(self, input_ids, positions, forward_batch, input_embeds=None, get_embedding=False):
                 return self.fc(input_embeds)
+
+        EntryClass = DFlashDraftModel
     """))
     (fla / "chunk.py").write_text(textwrap.dedent("""
         def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, initial_state_indices=None,
@@ -358,4 +359,3 @@ def test_draft_gets_float32_embeds_only_when_its_weights_are_float32(fake_sglang
     with pytest.raises(RuntimeError):  # unpatched, the dtype clash the shim answers (H200 run of 2026-12-02)
         DFlashDraftModel.forward.__wrapped__(DFlashDraftModel(torch.float32), None, None, None, embeds)
     assert "DFlashDraftModel takes float32 input_embeds" in capfd.readouterr().err
-    assert fp32_draft.MODEL_CLASS == "DFlashDraftModel"
