@@ -56,13 +56,14 @@ def ddtree_series(patch_dir):
     return patches
 
 
-def series_texts(rels):
-    """relpath -> text of each file after the committed series is applied to the pinned wheel (the
-    wheel's own text for a file the series does not touch)."""
+def series_texts(rels, exclude=()):
+    """relpath -> text of each file after the committed series (less the patches named in `exclude`) is
+    applied to the pinned wheel (the wheel's own text for a file the series does not touch)."""
     sglang_wheel = pytest.importorskip("sglang_wheel")
     wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
-        contents, _, _ = dflash_tree.diff.apply_series(wheel.read, ddtree_series(sglang_wheel.PATCH_DIR))
+        patches = [p for p in ddtree_series(sglang_wheel.PATCH_DIR) if p["name"] not in set(exclude)]
+        contents, _, _ = dflash_tree.diff.apply_series(wheel.read, patches)
         return {rel: (contents.get(rel) if contents.get(rel) is not None else wheel.read(rel)).decode("utf-8")
                 for rel in rels}  # fmt: skip
     finally:

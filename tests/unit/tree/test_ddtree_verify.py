@@ -19,6 +19,7 @@ And the verify reads the device once: one device->host copy (the packed walk res
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import os
@@ -37,13 +38,20 @@ sys.path.insert(0, str(REPO / "tests" / "unit"))
 SPEC = "sglang/srt/speculative"
 
 
+MODULES = ("spec_info", "ddtree_utils", "ddtree_device", "ddtree_hybrid", "dflash_info", "ddtree_worker")
+
+
+def series_files(exclude=()):
+    """relpath -> text of the series (less the patches named in `exclude`) applied to the real wheel."""
+    from test_ddtree_patch import series_texts
+
+    return series_texts([f"{SPEC}/{n}.py" for n in MODULES], exclude=exclude)
+
+
 @pytest.fixture(scope="module")
 def tree_files():
     """relpath -> text of the series applied to the real wheel (downloaded once, cached)."""
-    from test_ddtree_patch import series_texts
-
-    names = ("dflash_info", "spec_info", "ddtree_utils", "ddtree_device", "ddtree_hybrid", "ddtree_worker")
-    return series_texts([f"{SPEC}/{n}.py" for n in names])
+    return series_files()
 
 
 class Allocator:
@@ -86,6 +94,14 @@ def _load(name, text, path):
 @pytest.fixture(scope="module")
 def sg(tree_files):
     """Import the real patched modules with stand-ins for their GPU-only imports."""
+    with patched_modules(tree_files) as mods:
+        yield mods
+
+
+@contextlib.contextmanager
+def patched_modules(tree_files):
+    """The real patched modules (namespace by short name) with stand-ins for their GPU-only imports;
+    sys.modules as it was afterwards. Also used by bench/ddtree_step_ops.py."""
     saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
     for k in saved:
         del sys.modules[k]
@@ -146,7 +162,7 @@ def sg(tree_files):
     sys.modules.update(stand_ins)
     mods = {}
     try:
-        for name in ("spec_info", "ddtree_utils", "ddtree_device", "ddtree_hybrid", "dflash_info", "ddtree_worker"):
+        for name in MODULES:
             rel = f"{SPEC}/{name}.py"
             mods[name] = _load(f"sglang.srt.speculative.{name}", tree_files[rel], rel)
         yield types.SimpleNamespace(**mods)
@@ -209,8 +225,9 @@ class Batch:
         return len(self.reqs)
 
 
-def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6, builder="device"):
-    """Draft (oracle-steered) -> tree -> prepare_for_verify -> toy target -> verify."""
+def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6, builder="device", counter=None):
+    """Draft (oracle-steered) -> tree -> prepare_for_verify -> toy target -> verify (inside `counter`, a
+    context manager, when given: bench/ddtree_step_ops.py counts the operators verify dispatches)."""
     du, dd = sg.ddtree_utils, sg.ddtree_device
     reqs = [Req(p, m) for p, m in zip(prompts, max_new, strict=True)]
     refs = []
@@ -275,7 +292,7 @@ def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth
             hidden[b * width + q] = torch.tensor([b, q, int(tree.tokens[b, q])], dtype=torch.float)
     out = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
     seq_before = batch.seq_lens.clone()
-    with HostReads() as reads:
+    with HostReads() as reads, (counter or contextlib.nullcontext()):
         res = vi.verify(batch=batch, logits_output=out, page_size=1)
     assert reads.device_reads == ["cpu"], reads.device_reads  # one device->host copy per step
     assert stats == [(int(tree.num_nodes.sum()), int(tree.max_depth.max()))]
@@ -439,3 +456,45 @@ def test_verify_with_sampling_is_the_target_walk(sg, monkeypatch):
     assert drawn["n"] == 2 * s.width  # one draw per verify slot
     check_step(s, [s.res[3][0], s.res[3][1]])
     assert min(s.res[3]) >= 2
+
+
+class Backend:
+    """Records what the hybrid commit hands sglang's update_mamba_state_after_mtp_verify."""
+
+    def __init__(self):
+        self.calls = []
+
+    def update_mamba_state_after_mtp_verify(self, accepted_steps, mamba_track_indices, mamba_steps_to_track, model):
+        self.calls.append((accepted_steps.tolist(), None if mamba_steps_to_track is None else mamba_steps_to_track.tolist()))
+
+
+def hybrid_commit(sg, s, interval, track=True, counter=None):
+    """DDTreeWorker._update_target_mamba_state_after_verify after run_step's verify, on a stand-in worker:
+    returns (accepted state slots, tracking slots) as the backend received them."""
+    backend = Backend()
+    worker = types.SimpleNamespace(
+        target_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(attn_backend=backend, model=None)),
+        server_args=types.SimpleNamespace(mamba_track_interval=interval))  # fmt: skip
+    s.batch.spec_info = s.vi
+    s.batch.mamba_track_indices = torch.arange(len(s.reqs)) if track else None
+    with counter or contextlib.nullcontext():
+        sg.ddtree_worker.DDTreeWorker._update_target_mamba_state_after_verify(
+            worker, batch=s.batch, seq_lens_pre_verify=s.seq_before, commit_lens=s.res[1])
+    return backend.calls[0]
+
+
+@pytest.mark.parametrize("interval", [1, 4, 16])
+def test_hybrid_commit_hands_the_accepted_node_and_tracking_slots_to_the_backend(sg, interval):
+    """The commit a hybrid target runs after verify: per request the accepted path's last committed slot,
+    and the slot of the tracking point the step crossed (-1 where none), from the walk's host copy."""
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
+    steps, track = hybrid_commit(sg, s, interval)
+    for b in range(2):
+        n = int(s.res[1][b])
+        pre = int(s.seq_before[b])
+        path = s.vi.accepted_paths[b]
+        assert steps[b] == path[n - 1] and int(s.tree.ranks[b, path[n - 1]]) >= 0
+        point = (pre + n) // interval * interval
+        assert track[b] == (path[point - pre - 1] if point > pre else -1)
+    assert any(int(s.tree.ranks[b, p]) == 1 for b in range(2) for p in s.vi.accepted_paths[b])  # off the first chain
+    assert hybrid_commit(sg, s, interval, track=False)[1] is None
