@@ -223,3 +223,17 @@ def test_bad_values_are_refused_with_the_flag_named(handle, kwargs, message):
     with pytest.raises(ValueError) as err:
         handle(**kwargs)
     assert message in str(err.value)
+
+
+def test_hybrid_links_are_built_in_the_tree_graph(patched):
+    """0104: the worker hands tree_retrieve_links to TreeBuilder for hybrid targets (so the links are part
+    of the captured build) and makes them itself only when the tree has none (the host reference's)."""
+    tree = ast.parse((patched.root / f"{SPEC}/ddtree_worker.py").read_text(encoding="utf-8"))
+    builders = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "TreeBuilder"]
+    assert [k.arg for b in builders for k in b.keywords if k.arg == "links"] == ["links"]
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.If) and any(
+        isinstance(c, ast.Call) and getattr(c.func, "id", "") == "tree_retrieve_links" for c in ast.walk(n))]  # fmt: skip
+    innermost = max(calls, key=lambda n: n.lineno)  # the call's own `if` (inside `if self.hybrid_target:`)
+    assert ast.unparse(innermost.test) == "nxt is None" and len(calls) == 2
+    links_assign = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "links"]
+    assert [ast.unparse(n.value) for n in links_assign] == ["tree_retrieve_links if self.hybrid_target else None"]
