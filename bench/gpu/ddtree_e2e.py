@@ -144,7 +144,9 @@ def linear_expected(ranks):
     return n
 
 
-def bench_servers(model, port, work, out):
+def bench_servers(model, port, work, out, walk_ab=False):
+    """dflash, t15, t31 (and with walk_ab a fourth, t15w: t15 with the walk's CUDA graph, patch 0105).
+    DDTREE_WALK_GRAPH=1 in this script's environment turns the walk graph on for every DDTREE server."""
     models = os.path.join(work, "models")
     target, draft = ("target", "draft") if model == "dense" else ("hybrid", "hybrid-draft")
     base = ["--model-path", os.path.join(models, target), "--load-format", "dummy", "--skip-tokenizer-init",
@@ -154,8 +156,11 @@ def bench_servers(model, port, work, out):
     spec = ["--mamba-scheduler-strategy", "extra_buffer"] if model == "hybrid" else []
     oracle = os.path.join(work, f"oracle-{model}.json")
 
-    def env(name):
-        return {"SGLANG_DDTREE_ORACLE": oracle, "SGLANG_DFLASH_STEP_TIMING": os.path.join(work, f"timing-{name}.jsonl")}
+    walk_all = os.environ.get("DDTREE_WALK_GRAPH")
+
+    def env(name, walk=walk_all):
+        e = {"SGLANG_DDTREE_ORACLE": oracle, "SGLANG_DFLASH_STEP_TIMING": os.path.join(work, f"timing-{name}.jsonl")}
+        return dict(e, SGLANG_DDTREE_WALK_GRAPH=walk) if walk and "dflash" not in name else e
 
     d16 = ["--speculative-draft-model-path", os.path.join(models, draft)]
     d32 = ["--speculative-draft-model-path", os.path.join(models, draft + "32")]
@@ -167,6 +172,8 @@ def bench_servers(model, port, work, out):
                env(f"{model}-dflash")),
         Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,
                env(f"{model}-t31"), budget=31, block=32),
+        *([Server(f"{model}-t15w", port + 80, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out,
+                  work, env(f"{model}-t15w", walk="1"), budget=15)] if walk_ab else []),
     ]  # fmt: skip
 
 

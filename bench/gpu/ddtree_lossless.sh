@@ -10,6 +10,7 @@
 # LOSSLESS_DTYPE=float32: every server (the speculative ones too) in float32 through bench/gpu/fp32_shim, the
 #   float32 no-speculation server as the reference (ids must equal its ids; epsilon 0.01 nats); default bfloat16
 #   servers judged by a float32 re-scorer (epsilon 0.25 nats).
+# DDTREE_WALK_GRAPH=1: the DDTREE servers walk with the CUDA graph of patch 0105 (SGLANG_DDTREE_WALK_GRAPH=1).
 # CPU dry run (stand-in servers, no weights):
 #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_lossless.sh
 set -euo pipefail

@@ -49,3 +49,19 @@ def test_load_trace_reads_gzip(tmp_path):
     with gzip.open(p, "wt") as fh:
         json.dump({"traceEvents": [ev("kernel", "k", 0, 500)]}, fh)
     assert P.summarize_trace(P.load_trace(str(p)), 1)["gpu_kernel_ms"] == 0.5
+
+
+def test_walk_graph_switches_reach_the_ddtree_servers_only(tmp_path, monkeypatch):
+    """DDTREE_WALK_GRAPH=1 (the e2e bench) sets the walk graph on every DDTREE server, never on DFLASH;
+    walk_ab (DDTREE_PROFILE_WALK_AB=1 in the profile) adds t15w, t15 with the walk graph."""
+    import ddtree_e2e
+
+    names = lambda servers: {s.name: s.env.get("SGLANG_DDTREE_WALK_GRAPH") for s in servers}
+    monkeypatch.delenv("DDTREE_WALK_GRAPH", raising=False)
+    assert names(ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path))) == {
+        "hybrid-t15": None, "hybrid-dflash": None, "hybrid-t31": None}  # fmt: skip
+    ab = names(ddtree_e2e.bench_servers("dense", 37000, str(tmp_path), str(tmp_path), walk_ab=True))
+    assert ab == {"dense-t15": None, "dense-dflash": None, "dense-t31": None, "dense-t15w": "1"}
+    monkeypatch.setenv("DDTREE_WALK_GRAPH", "1")
+    on = names(ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path)))
+    assert on == {"hybrid-t15": "1", "hybrid-dflash": None, "hybrid-t31": "1"}

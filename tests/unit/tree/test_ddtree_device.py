@@ -181,6 +181,24 @@ def test_tree_builder_without_cuda_runs_the_build(du, dd):
     chain = builder.build(lp, tk, torch.tensor([1, 2]), torch.tensor([9, 9]), 4, linear=True)
     assert chain.num_nodes.tolist() == [6, 6]
     assert out.next_token is None and chain.next_sibling is None  # no links asked for
+    assert torch.equal(out.mask_index, dd.tree_mask_index(torch.tensor([9, 9]), 12))  # made with the tree
+
+
+def test_builder_walk_is_accept_and_fetch_without_a_captured_build(du, dd):
+    """TreeBuilder.walk (what verify calls since 0105): on CPU, or for a tree no captured build made,
+    or with walk graphs off, the eager walk; same host lists and device tensors as accept_and_fetch."""
+    g = torch.Generator().manual_seed(10)
+    lp, tk = random_topk(g, 3, 6, 4)
+    for walk_graphs in (False, True):
+        builder = dd.TreeBuilder(13, walk_graphs=walk_graphs)
+        tree = builder.build(lp, tk, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), 4)
+        predict = tree.tokens.roll(-1, dims=1)
+        got, want = builder.walk(tree, predict), dd.accept_and_fetch(tree, predict)
+        assert (got.paths, got.accepted_tokens, got.bonus, got.num_nodes) == (
+            want.paths, want.accepted_tokens, want.bonus, want.num_nodes)  # fmt: skip
+        assert torch.equal(got.path_dev, want.path_dev) and not builder._walks
+    path, lens, bonus, packed = dd.accept_packed(tree, predict)
+    assert packed.shape == (3, 2 * 14 + 3) and dd.fetch_accept(path, lens, bonus, packed).paths == want.paths
 
 
 def test_tree_builder_makes_the_links_with_the_tree(dd):
@@ -212,10 +230,11 @@ def test_mask_walk_and_commit_indexes_match_the_reference(du, dd):
         dev = dd.build_tree_device(lp, tk, torch.arange(bs), budget, k)
         width = budget + 1
         prefix = [rng.randint(0, 9) for _ in range(bs)]
-        assert torch.equal(
-            dd.tree_mask_flat(dev.ancestors, torch.tensor(prefix), prefix),
-            du.build_tree_attention_mask(ref.parents, torch.tensor(prefix), prefix),
-        )
+        want_mask = du.build_tree_attention_mask(ref.parents, torch.tensor(prefix), prefix)
+        assert torch.equal(dd.tree_mask_flat(dev.ancestors, torch.tensor(prefix), prefix), want_mask)
+        # the index the build makes with the tree (0105): the same mask from one fill and one scatter
+        index = dd.tree_mask_index(torch.tensor(prefix), width)
+        assert torch.equal(dd.tree_mask_flat(dev.ancestors, torch.tensor(prefix), prefix, index=index), want_mask)
         predict = torch.randint(0, 60, (bs, width), generator=g)
         for b in range(bs):  # the target agrees along a random root path (any branch)
             cur = 0

@@ -84,3 +84,11 @@ def test_verdict_fails_when_a_server_never_served():
     assert L.verdict(summary, "hybrid") == "PASS"  # another model's server is not this model's
     summary["servers"]["hybrid-t15ng"] = {"healthy_after_s": None, "error": "exited rc=-9"}
     assert L.verdict(summary, "hybrid") == "FAIL: hybrid-t15ng: never served (exited rc=-9)"
+
+
+def test_walk_graph_switch_reaches_the_speculative_servers(tmp_path, monkeypatch):
+    monkeypatch.delenv("DDTREE_WALK_GRAPH", raising=False)
+    assert all("SGLANG_DDTREE_WALK_GRAPH" not in s.env for s in L.servers_for("dense", 36000, str(tmp_path), str(tmp_path), "/m"))
+    monkeypatch.setenv("DDTREE_WALK_GRAPH", "1")
+    got = {s.name: s.env.get("SGLANG_DDTREE_WALK_GRAPH") for s in L.servers_for("dense", 36000, str(tmp_path), str(tmp_path), "/m")}
+    assert got["dense-t15"] == got["dense-sl15"] == got["dense-t15ng"] == "1" and got["dense-ref"] is None

@@ -1,4 +1,4 @@
-"""The DDTree patches (0101-0104) after the series' registration patches, on the pinned wheel.
+"""The DDTree patches (0101-0105) after the series' registration patches, on the pinned wheel.
 
 Checks what can be checked without a GPU build of sglang: the series applies (with
 module_utils/dflash_tree/), every file the DDTree patches touch compiles, the worker hook
@@ -42,7 +42,7 @@ DDTREE_FILES = [
 
 
 DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch",
-                  "0104-ddtree-step-launches.patch")  # fmt: skip
+                  "0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch")  # fmt: skip
 
 
 def ddtree_series(patch_dir):
@@ -93,6 +93,7 @@ def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     assert names.index("0102-ddtree-worker.patch") > names.index("0101-ddtree-utils.patch")
     assert names.index("0103-ddtree-hybrid.patch") > names.index("0102-ddtree-worker.patch")
     assert names.index("0104-ddtree-step-launches.patch") > names.index("0103-ddtree-hybrid.patch")
+    assert names.index("0105-ddtree-step-graphs.patch") > names.index("0104-ddtree-step-launches.patch")
     for rel in DDTREE_FILES:
         assert any(p.startswith("01") for p in patched.touched[rel]), rel
 
@@ -237,3 +238,15 @@ def test_hybrid_links_are_built_in_the_tree_graph(patched):
     assert ast.unparse(innermost.test) == "nxt is None" and len(calls) == 2
     links_assign = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "links"]
     assert [ast.unparse(n.value) for n in links_assign] == ["tree_retrieve_links if self.hybrid_target else None"]
+
+
+def test_the_walk_graph_is_opt_in_and_the_mask_uses_the_build_index(patched):
+    """0105: verify walks through the worker's TreeBuilder.walk, whose graph only SGLANG_DDTREE_WALK_GRAPH=1
+    turns on; the step's mask takes the index the build made (tree.mask_index)."""
+    src = (patched.root / f"{SPEC}/ddtree_worker.py").read_text(encoding="utf-8")
+    tree = ast.parse(src)
+    assigns = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)}
+    assert assigns["walk_graphs"] == "use_graphs and os.environ.get(WALK_GRAPH_ENV, '0') == '1'"
+    assert assigns["WALK_GRAPH_ENV"] == "'SGLANG_DDTREE_WALK_GRAPH'"
+    assert "walker=self._tree_builder.walk" in src and "index=tree.mask_index" in src
+    assert "(self.walker or accept_and_fetch)(tree, predict.view(bs, width))" in src

@@ -225,7 +225,8 @@ class Batch:
         return len(self.reqs)
 
 
-def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6, builder="device", counter=None):
+def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6, builder="device", counter=None,
+             walker=False):  # fmt: skip
     """Draft (oracle-steered) -> tree -> prepare_for_verify -> toy target -> verify (inside `counter`, a
     context manager, when given: bench/ddtree_step_ops.py counts the operators verify dispatches)."""
     du, dd = sg.ddtree_utils, sg.ddtree_device
@@ -255,8 +256,9 @@ def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth
         true.append([full[n + d] for d in range(depth)])
     lp, tk = du.apply_oracle_topk(lp, tk, true, ranks, du.DEFAULT_ORACLE_PROFILE, VOCAB)
     roots = torch.tensor([r.output_ids[-1] for r in reqs])
+    tree_builder = dd.TreeBuilder(budget)
     if builder == "device":  # what the worker runs
-        tree = dd.TreeBuilder(budget).build(lp, tk, roots, batch.seq_lens, topk)
+        tree = tree_builder.build(lp, tk, roots, batch.seq_lens, topk)
     else:  # the test switch SGLANG_DDTREE_TREE_BUILDER=cpu
         ref = du.build_tree_batch(roots.tolist(), lp, tk, budget, topk)
         tree = dd.device_tree_from_batch(ref, "cpu", batch.seq_lens)
@@ -269,9 +271,11 @@ def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth
         draft_token_num=width,
         tree=tree,
         stats=stats,
+        **({"walker": tree_builder.walk} if walker else {}),  # the worker hands its builder's walk (0105)
     )
     vi.prepare_for_verify(batch, 1, build_custom_mask=False)
-    vi.custom_mask = dd.tree_mask_flat(tree.ancestors, batch.seq_lens, batch.seq_lens_cpu.tolist())
+    vi.custom_mask = dd.tree_mask_flat(tree.ancestors, batch.seq_lens, batch.seq_lens_cpu.tolist(),
+                                       index=tree.mask_index)  # fmt: skip
     assert batch.out_cache_loc.numel() == bs * width
     verify_locs = batch.out_cache_loc.clone()
 
@@ -389,6 +393,13 @@ def test_the_test_only_broken_commit_keeps_the_wrong_kv_slots(sg, tmp_path, monk
     flag.unlink()  # file gone: the switch is off again
     s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0])
     check_step(s, [s.res[3][0], s.res[3][1]])
+
+
+def test_verify_through_the_builders_walk(sg):
+    """What the worker runs since 0105: verify walks with the builder's walk (eager on CPU), same result."""
+    s = run_step(sg, [[5, 6, 7], [9, 9, 2, 4, 1]], [[11], [3, 8]], [40, 40], ranks=[0, 1, 0, 0], walker=True)
+    check_step(s, [s.res[3][0], s.res[3][1]])
+    assert min(s.res[3]) >= 2
 
 
 def test_verify_nothing_accepted(sg):
