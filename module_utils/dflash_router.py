@@ -383,11 +383,11 @@ def wait_router(router, expect=(), timeout=120.0, interval=0.5, min_healthy=1, c
     while True:
         status, _body, err = call("GET", router.rstrip("/") + "/health", timeout=5.0)
         if status != 200 and unit_state is not None:
-            gone = router_gone(unit_state())
-            dead = dead + 1 if gone else 0
-            if dead >= 2:
+            state = unit_state()
+            dead = dead + 1 if router_gone(state) else 0
+            if dead >= 2:  # the cause from the same state, with the log's tail
                 raise RouterError(f"the router at {router} does not answer and "
-                                  f"{router_gone(unit_state(), log_tail() if log_tail else '')} "
+                                  f"{router_gone(state, log_tail() if log_tail else '')} "
                                   f"after {clock() - t0:.1f} s")
         if status == 200:
             try:

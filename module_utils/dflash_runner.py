@@ -331,4 +331,3 @@ class RunnerUnits:
                 return log_since_last_start(fh.read())
         except OSError:
             return ""
-

@@ -156,22 +156,22 @@ def bench_servers(model, port, work, out, walk_ab=False):
     spec = ["--mamba-scheduler-strategy", "extra_buffer"] if model == "hybrid" else []
     oracle = os.path.join(work, f"oracle-{model}.json")
 
-    walk_all = os.environ.get("DDTREE_WALK_GRAPH")
+    walk_all = os.environ.get("DDTREE_WALK_GRAPH")  # for the DDTREE servers
 
-    def env(name, walk=walk_all):
+    def env(name, walk=None):
         e = {"SGLANG_DDTREE_ORACLE": oracle, "SGLANG_DFLASH_STEP_TIMING": os.path.join(work, f"timing-{name}.jsonl")}
-        return dict(e, SGLANG_DDTREE_WALK_GRAPH=walk) if walk and "dflash" not in name else e
+        return dict(e, SGLANG_DDTREE_WALK_GRAPH=walk) if walk else e
 
     d16 = ["--speculative-draft-model-path", os.path.join(models, draft)]
     d32 = ["--speculative-draft-model-path", os.path.join(models, draft + "32")]
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-topk", "8"]
     return [
         Server(f"{model}-t15", port + 20, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out, work,
-               env(f"{model}-t15"), budget=15),
+               env(f"{model}-t15", walk_all), budget=15),
         Server(f"{model}-dflash", port + 40, [*base, *spec, *d16, "--speculative-algorithm", "DFLASH"], out, work,
                env(f"{model}-dflash")),
         Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,
-               env(f"{model}-t31"), budget=31, block=32),
+               env(f"{model}-t31", walk_all), budget=31, block=32),
         *([Server(f"{model}-t15w", port + 80, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out,
                   work, env(f"{model}-t15w", walk="1"), budget=15)] if walk_ab else []),
     ]  # fmt: skip
