@@ -12,10 +12,25 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 UV_VERSION=0.13.9
 
+# A python3 with pip that is not the project's own venv: `make` puts .venv/bin first on PATH, and the
+# uv-made venv has no pip, so a plain `python3 -m pip` fails there ("No module named pip").
+host_python() {
+  local p
+  for p in $(type -ap python3) /usr/bin/python3; do
+    [ -x "$p" ] || continue
+    [ -e "$repo/.venv/bin/python3" ] && [ "$p" -ef "$repo/.venv/bin/python3" ] && continue
+    case "$p" in "$repo/.venv/"*) continue ;; esac
+    "$p" -m pip --version >/dev/null 2>&1 && { echo "$p"; return 0; }
+  done
+  echo "no python3 with pip outside $repo/.venv on PATH" >&2
+  return 1
+}
+
 if ! command -v uv >/dev/null 2>&1; then
   echo "uv missing: installing uv==$UV_VERSION with pip"
-  python3 -m pip install --quiet "uv==$UV_VERSION" \
-    || python3 -m pip install --quiet --break-system-packages "uv==$UV_VERSION"
+  pip_py="$(host_python)"
+  "$pip_py" -m pip install --quiet "uv==$UV_VERSION" \
+    || "$pip_py" -m pip install --quiet --break-system-packages "uv==$UV_VERSION"
   export PATH="$HOME/.local/bin:$PATH"
 fi
 
@@ -25,10 +40,10 @@ uv sync --frozen --inexact --quiet
 torch_req="${DFLASH_TORCH:-torch==2.13.0+cpu}"
 if [ "$torch_req" != none ] && ! "$repo/.venv/bin/python" -c "import torch" >/dev/null 2>&1; then
   echo "CPU torch for the DDTree tests: pip install '$torch_req' into .venv (pip's configured sources)"
-  # tried twice: a first attempt was once seen failing with "No module named pip" and the same command
-  # then passing (not reproduced); a source that truly lacks it fails both
-  if ! python3 -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req" \
-     && ! { echo "  retrying once"; python3 -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req"; }; then
+  # tried twice: a source can fail once (timeouts); one that truly lacks it fails both
+  pip_py="$(host_python)" || pip_py=python3
+  if ! "$pip_py" -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req" \
+     && ! { echo "  retrying once"; "$pip_py" -m pip --python "$repo/.venv/bin/python" install --quiet "$torch_req"; }; then
     echo "  not installed (no configured index or find-links has '$torch_req'): the DDTree tests will skip" >&2
   fi
 fi
