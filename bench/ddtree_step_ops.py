@@ -40,7 +40,9 @@ for sub in ("tests", "tests/unit", "tests/unit/tree", "module_utils", "bench"):
 from ddtree_cpu_overhead import Kernels  # views excluded, host reads apart
 from test_ddtree_verify import hybrid_commit, patched_modules, run_step, series_files
 
-NEW = ("0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch")
+# "before" leaves out everything after 0103 (0106, which puts the draft head and the oracles into graphs
+# and turns the walk graph on by default, changes none of the counted parts)
+NEW = ("0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch", "0106-ddtree-head-graph.patch")
 PROMPTS = [[5, 6, 7], [9, 9, 2, 4, 1]]
 PRIOR = [[11], [3, 8]]
 VOCAB_ROWS = 151936  # Qwen3 / Qwen3.5 vocabulary: what the per-step arange covered
@@ -74,7 +76,7 @@ def count(label, exclude):
 
 
 def main():
-    rows = [count("series 0001-0103 (before)", set(NEW)), count("series 0001-0105 (after)", ())]
+    rows = [count("series 0001-0103 (before)", set(NEW)), count("series 0001-0106 (after)", ())]
     print(f"# {platform.machine()}, torch {torch.__version__}; batch of 2, budget 9, top-k 3; operators per step")
     print("| series | verify | hybrid commit | tree links (eager) | head vocab ids | mask | total | of verify, the walk |")
     print("|---|---|---|---|---|---|---|---|")

@@ -156,7 +156,9 @@ def bench_servers(model, port, work, out, walk_ab=False):
     spec = ["--mamba-scheduler-strategy", "extra_buffer"] if model == "hybrid" else []
     oracle = os.path.join(work, f"oracle-{model}.json")
 
-    walk_all = os.environ.get("DDTREE_WALK_GRAPH")  # for the DDTREE servers
+    # DDTREE_WALK_GRAPH (0 or 1) for every DDTREE server; unset, their default (on since patch 0106). The
+    # walk A/B (walk_ab: DDTREE_PROFILE_WALK_AB=1 in the profile) runs t15 without the walk graph, t15w with it.
+    walk_all = os.environ.get("DDTREE_WALK_GRAPH")
 
     def env(name, walk=None):
         e = {"SGLANG_DDTREE_ORACLE": oracle, "SGLANG_DFLASH_STEP_TIMING": os.path.join(work, f"timing-{name}.jsonl")}
@@ -167,7 +169,7 @@ def bench_servers(model, port, work, out, walk_ab=False):
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-topk", "8"]
     return [
         Server(f"{model}-t15", port + 20, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out, work,
-               env(f"{model}-t15", walk_all), budget=15),
+               env(f"{model}-t15", "0" if walk_ab else walk_all), budget=15),
         Server(f"{model}-dflash", port + 40, [*base, *spec, *d16, "--speculative-algorithm", "DFLASH"], out, work,
                env(f"{model}-dflash")),
         Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,

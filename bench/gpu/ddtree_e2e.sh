@@ -8,7 +8,8 @@
 #   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
 #   keeps it and runs nothing, then .part2of2; split by scripts/gpu/split_carry.py .gpu/site.tar.xz 2)
 # .gpu/site.tar.xz: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`
-# DDTREE_WALK_GRAPH=1: every DDTREE server with the walk's CUDA graph (patch 0105, SGLANG_DDTREE_WALK_GRAPH=1).
+# DDTREE_WALK_GRAPH=0|1: passed to every DDTREE server as SGLANG_DDTREE_WALK_GRAPH (the walk's CUDA graph,
+# on by default since patch 0106; 0 walks eagerly).
 # Results: $OUT/ddtree/{summary.md,summary.json,tree.json,logs.tar.xz}.
 # CPU dry run (stand-in servers, ~30 s):
 #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_e2e.sh

@@ -103,7 +103,7 @@ def servers_for(model, base_port, work, out, models_dir, fp32=False):
     oracle = os.path.join(work, f"oracle-{model}.json")  # one per model: the oracle keys references by prompt
     env = {}
     senv = dict(env, SGLANG_DDTREE_ORACLE=oracle)
-    if os.environ.get("DDTREE_WALK_GRAPH"):  # the walk's CUDA graph (patch 0105, opt-in; DFLASH ignores it)
+    if os.environ.get("DDTREE_WALK_GRAPH"):  # the walk's CUDA graph (0105; default on since 0106; DFLASH ignores it)
         senv["SGLANG_DDTREE_WALK_GRAPH"] = os.environ["DDTREE_WALK_GRAPH"]
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp32_shim")
     # SGLANG_MAMBA_CONV_DTYPE: the linear-attention conv state is bfloat16 by default whatever --dtype says,

@@ -170,7 +170,7 @@ def run(args):
     deadline = t0 + args.deadline_s
     trace_dir = os.path.join(args.work, "traces")
     os.environ["SGLANG_TORCH_PROFILER_DIR"] = trace_dir
-    # DDTREE_PROFILE_WALK_AB=1: t15w too, t15 with the walk's CUDA graph (SGLANG_DDTREE_WALK_GRAPH=1, patch 0105)
+    # DDTREE_PROFILE_WALK_AB=1: t15 without the walk's CUDA graph (SGLANG_DDTREE_WALK_GRAPH=0), t15w with it
     walk_ab = os.environ.get("DDTREE_PROFILE_WALK_AB") == "1"
     servers = [s for s in ddtree_e2e.bench_servers(args.model, 37000, args.work, args.out, walk_ab=walk_ab)
                if s.name.endswith(("-dflash", "-t15", "-t15w"))]  # fmt: skip

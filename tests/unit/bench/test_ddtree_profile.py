@@ -52,8 +52,9 @@ def test_load_trace_reads_gzip(tmp_path):
 
 
 def test_walk_graph_switches_reach_the_ddtree_servers_only(tmp_path, monkeypatch):
-    """DDTREE_WALK_GRAPH=1 (the e2e bench) sets the walk graph on every DDTREE server, never on DFLASH;
-    walk_ab (DDTREE_PROFILE_WALK_AB=1 in the profile) adds t15w, t15 with the walk graph."""
+    """DDTREE_WALK_GRAPH=0/1 (the e2e bench) sets the walk graph on every DDTREE server, never on DFLASH
+    (unset: the servers' default, on since 0106); walk_ab (DDTREE_PROFILE_WALK_AB=1 in the profile) runs
+    t15 without it and adds t15w with it."""
     import ddtree_e2e
 
     names = lambda servers: {s.name: s.env.get("SGLANG_DDTREE_WALK_GRAPH") for s in servers}
@@ -61,7 +62,10 @@ def test_walk_graph_switches_reach_the_ddtree_servers_only(tmp_path, monkeypatch
     assert names(ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path))) == {
         "hybrid-t15": None, "hybrid-dflash": None, "hybrid-t31": None}  # fmt: skip
     ab = names(ddtree_e2e.bench_servers("dense", 37000, str(tmp_path), str(tmp_path), walk_ab=True))
-    assert ab == {"dense-t15": None, "dense-dflash": None, "dense-t31": None, "dense-t15w": "1"}
+    assert ab == {"dense-t15": "0", "dense-dflash": None, "dense-t31": None, "dense-t15w": "1"}
     monkeypatch.setenv("DDTREE_WALK_GRAPH", "1")
     on = names(ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path)))
     assert on == {"hybrid-t15": "1", "hybrid-dflash": None, "hybrid-t31": "1"}
+    monkeypatch.setenv("DDTREE_WALK_GRAPH", "0")
+    off = names(ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path)))
+    assert off == {"hybrid-t15": "0", "hybrid-dflash": None, "hybrid-t31": "0"}

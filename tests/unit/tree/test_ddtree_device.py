@@ -414,3 +414,46 @@ def test_device_generation_equals_greedy_with_oracle(du, dd, budget, topk, ranks
     assert seq[len(prompt) :] == ref_out
     want = du.expected_accept_len(ranks, du.DEFAULT_ORACLE_PROFILE, budget, topk, depth)
     assert per_step and set(per_step) == {want}
+
+
+def test_draft_head_topk_logprobs_is_the_top_of_the_full_log_softmax(dd):
+    """0106's head (replayed as one graph on CUDA): the k best rows of hidden @ weight.T, their float32
+    log-softmax over the whole vocab, and the head row -> token id map applied."""
+    g = torch.Generator().manual_seed(31)
+    for rows, vocab, k, dtype in ((1, 50, 1, torch.float32), (15, 300, 8, torch.bfloat16), (60, 1000, 8, torch.float32)):
+        hidden = torch.randn(rows, 16, generator=g)
+        weight = torch.randn(vocab, 16, generator=g).to(dtype)
+        ids = torch.randperm(vocab, generator=g) + 7000  # token ids of the shard's rows
+        lp, tk = dd.topk_logprobs(hidden, weight, ids, k)
+        full = torch.log_softmax(torch.matmul(hidden.to(dtype), weight.T).float(), dim=-1)
+        want_lp, want_rows = torch.topk(full, k, dim=-1)
+        assert lp.dtype == torch.float32 and lp.shape == tk.shape == (rows, k)
+        assert torch.allclose(lp, want_lp, atol=1e-5) and torch.equal(tk, ids[want_rows])
+        assert torch.all(lp[:, :-1] >= lp[:, 1:]) and torch.all(lp <= 0)
+    meta_lp, meta_tk = dd.topk_logprobs(_meta(hidden), _meta(weight), _meta(ids), 8)  # no host reads
+    assert meta_lp.shape == meta_tk.shape == (60, 8)
+
+
+def test_graphed_calls_run_eagerly_off_cuda_with_the_same_results(dd):
+    """GraphedCalls: off CUDA (and with graphs off) the function runs eagerly every call, on the
+    call's own inputs, and no graph is kept; the head + oracle chain the worker runs gives the
+    eager results."""
+    g = torch.Generator().manual_seed(32)
+    hidden, weight = torch.randn(2 * 15, 16, generator=g), torch.randn(400, 16, generator=g)
+    ids = torch.arange(400) + 10
+    true = torch.randint(10, 410, (2, 15), generator=g)
+    for calls in (dd.GraphedCalls("draft head"), dd.GraphedCalls("draft head", use_graphs=False)):
+        seen = []
+
+        def head(h, seen=seen):
+            seen.append(h)
+            return dd.topk_logprobs(h, weight, ids, 8)
+
+        lp, tk = calls(head, (hidden,), ("head", weight.data_ptr(), 8))
+        assert seen == [hidden] and not calls._graphs and not calls._failed
+        profile = tuple(float(-i) for i in range(8))
+        got = calls(lambda a, b, t, p=profile: dd.apply_oracle_topk_device(a, b, t, (0, 1), p),
+                    (lp.view(2, 15, 8), tk.view(2, 15, 8), true), ("oracle", (0, 1), profile))  # fmt: skip
+        want = dd.apply_oracle_topk_device(lp.view(2, 15, 8), tk.view(2, 15, 8), true, (0, 1), profile)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert torch.equal(got[1][:, 0, 0], true[:, 0]) and torch.equal(got[1][:, 1, 1], true[:, 1])

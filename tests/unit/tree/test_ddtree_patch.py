@@ -1,4 +1,4 @@
-"""The DDTree patches (0101-0105) after the series' registration patches, on the pinned wheel.
+"""The DDTree patches (0101-0106) after the series' registration patches, on the pinned wheel.
 
 Checks what can be checked without a GPU build of sglang: the series applies (with
 module_utils/dflash_tree/), every file the DDTree patches touch compiles, the worker hook
@@ -42,7 +42,8 @@ DDTREE_FILES = [
 
 
 DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch",
-                  "0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch")  # fmt: skip
+                  "0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch",
+                  "0106-ddtree-head-graph.patch")  # fmt: skip
 
 
 def ddtree_series(patch_dir):
@@ -94,6 +95,7 @@ def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     assert names.index("0103-ddtree-hybrid.patch") > names.index("0102-ddtree-worker.patch")
     assert names.index("0104-ddtree-step-launches.patch") > names.index("0103-ddtree-hybrid.patch")
     assert names.index("0105-ddtree-step-graphs.patch") > names.index("0104-ddtree-step-launches.patch")
+    assert names.index("0106-ddtree-head-graph.patch") > names.index("0105-ddtree-step-graphs.patch")
     for rel in DDTREE_FILES:
         assert any(p.startswith("01") for p in patched.touched[rel]), rel
 
@@ -240,13 +242,43 @@ def test_hybrid_links_are_built_in_the_tree_graph(patched):
     assert [ast.unparse(n.value) for n in links_assign] == ["tree_retrieve_links if self.hybrid_target else None"]
 
 
-def test_the_walk_graph_is_opt_in_and_the_mask_uses_the_build_index(patched):
-    """0105: verify walks through the worker's TreeBuilder.walk, whose graph only SGLANG_DDTREE_WALK_GRAPH=1
-    turns on; the step's mask takes the index the build made (tree.mask_index)."""
+def test_the_walk_graph_is_on_by_default_and_the_mask_uses_the_build_index(patched):
+    """0105: verify walks through the worker's TreeBuilder.walk; 0106: its graph is on unless
+    SGLANG_DDTREE_WALK_GRAPH=0 (and graphs are on); the step's mask takes the build's index."""
     src = (patched.root / f"{SPEC}/ddtree_worker.py").read_text(encoding="utf-8")
     tree = ast.parse(src)
     assigns = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)}
-    assert assigns["walk_graphs"] == "use_graphs and os.environ.get(WALK_GRAPH_ENV, '0') == '1'"
+    assert assigns["walk_graphs"] == "use_graphs and os.environ.get(WALK_GRAPH_ENV, '1') != '0'"
     assert assigns["WALK_GRAPH_ENV"] == "'SGLANG_DDTREE_WALK_GRAPH'"
     assert "walker=self._tree_builder.walk" in src and "index=tree.mask_index" in src
     assert "(self.walker or accept_and_fetch)(tree, predict.view(bs, width))" in src
+
+
+def _calls(node, name):
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and ast.unparse(n.func) == name]
+
+
+def _function(tree, name):
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_the_draft_head_and_the_oracles_run_through_graphed_calls(patched):
+    """0106: the DDTREE head's single-chunk, single-rank path and both test-only oracles go through a
+    GraphedCalls (one graph replay each on CUDA), keyed by what they bake in; the chunked TP path stays."""
+    worker = ast.parse((patched.root / f"{SPEC}/ddtree_worker.py").read_text(encoding="utf-8"))
+    head = _function(worker, "_topk_from_vocab_parallel_head")
+    graphed = _calls(head, "self._head_graphs")
+    assert len(graphed) == 1 and "topk_logprobs(h, local_w, local_ids, k_local)" in ast.unparse(graphed[0].args[0])
+    guard = next(n for n in ast.walk(head) if isinstance(n, ast.If) and graphed[0] in list(ast.walk(n)))
+    assert ast.unparse(guard.test) == "tp_size == 1 and num_added == 0 and (int(hidden_states.shape[0]) <= chunk_size)"
+    keys = [ast.unparse(n.value) for n in ast.walk(head) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "key"]
+    assert ast.unparse(graphed[0].args[2]) == "key" and any(k.startswith("('head', local_w.data_ptr()") for k in keys)
+    assert _calls(head, "tp_group.all_gather_into_tensor")  # the TP path is still there, eager
+    oracle = _calls(_function(worker, "_prepare_for_speculative_decoding"), "self._head_graphs")
+    assert len(oracle) == 1 and "apply_oracle_topk_device(a, b, t, ranks, profile)" in ast.unparse(oracle[0])
+    dflash = ast.parse((patched.root / f"{SPEC}/dflash_worker.py").read_text(encoding="utf-8"))
+    steer = _calls(_function(dflash, "_oracle_steer_linear"), "self._oracle_graphs")
+    assert len(steer) == 1 and "apply_oracle_linear_device(d, t, ranks, vocab)" in ast.unparse(steer[0])
+    # the draft phase is timed in two parts (block_ms, head_ms) on both sides
+    for tree in (worker, dflash):
+        assert len(_calls(_function(tree, "_prepare_for_speculative_decoding"), "self._timing_block")) == 1
