@@ -8,9 +8,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 GO=/tmp/ddtree-bench-go
 rm -f "$GO"
-(BUDGET_S=${LOSSLESS_S:-340} bash bench/gpu/ddtree_lossless.sh >/dev/null 2>&1; touch "$GO") &
+# LOSSLESS_MODELS / BENCH_MODELS: each harness's models (MODELS, when set, is both's default)
+(MODELS=${LOSSLESS_MODELS:-${MODELS:-hybrid,dense}} BUDGET_S=${LOSSLESS_S:-340} bash bench/gpu/ddtree_lossless.sh >/dev/null 2>&1
+ touch "$GO") &
 sleep 25  # the lossless setup unpacks .gpu/site.tar.xz into /root/site; the bench uses its own copy
-SITE=${SITE2:-/root/site2} DDTREE_BENCH_GO=$GO BUDGET_S=${BENCH_S:-430} bash bench/gpu/ddtree_e2e.sh >/dev/null 2>&1
+MODELS=${BENCH_MODELS:-${MODELS:-dense,hybrid}} SITE=${SITE2:-/root/site2} DDTREE_BENCH_GO=$GO BUDGET_S=${BENCH_S:-430} \
+  bash bench/gpu/ddtree_e2e.sh >/dev/null 2>&1
 wait
 for f in "${OUT:-/tmp/ddtree-out}/ddtree-lossless/summary.md" "${OUT:-/tmp/ddtree-out}/ddtree/summary.md"; do
   echo "== $f"
