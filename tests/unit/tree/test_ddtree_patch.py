@@ -270,7 +270,9 @@ def test_the_draft_head_and_the_oracles_run_through_graphed_calls(patched):
     graphed = _calls(head, "self._head_graphs")
     assert len(graphed) == 1 and "topk_logprobs(h, local_w, local_ids, k_local)" in ast.unparse(graphed[0].args[0])
     guard = next(n for n in ast.walk(head) if isinstance(n, ast.If) and graphed[0] in list(ast.walk(n)))
-    assert ast.unparse(guard.test) == "tp_size == 1 and num_added == 0 and (int(hidden_states.shape[0]) <= chunk_size)"
+    assert ast.unparse(guard.test) == "tp_size == 1 and num_added == 0 and (int(hidden_states.shape[0]) <= HEAD_GRAPH_ROWS)"
+    consts = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in worker.body if isinstance(n, ast.Assign)}
+    assert consts["HEAD_GRAPH_ROWS"] == "64"  # 4 requests at budget 15; bigger steps run the eager chunks
     keys = [ast.unparse(n.value) for n in ast.walk(head) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "key"]
     assert ast.unparse(graphed[0].args[2]) == "key" and any(k.startswith("('head', local_w.data_ptr()") for k in keys)
     assert _calls(head, "tp_group.all_gather_into_tensor")  # the TP path is still there, eager
