@@ -163,6 +163,12 @@ def write_markdown(summary, path):
         fh.write("\n".join(lines) + "\n")
 
 
+def profiled_servers(servers, t31=False):
+    """DFLASH, DDTREE b15 (and t15w in the walk A/B); DDTREE b31 too with DDTREE_PROFILE_T31=1."""
+    ends = ("-dflash", "-t15", "-t15w") + (("-t31",) if t31 else ())
+    return [s for s in servers if s.name.endswith(ends)]
+
+
 def run(args):
     import ddtree_e2e
 
@@ -172,8 +178,8 @@ def run(args):
     os.environ["SGLANG_TORCH_PROFILER_DIR"] = trace_dir
     # DDTREE_PROFILE_WALK_AB=1: t15 without the walk's CUDA graph (SGLANG_DDTREE_WALK_GRAPH=0), t15w with it
     walk_ab = os.environ.get("DDTREE_PROFILE_WALK_AB") == "1"
-    servers = [s for s in ddtree_e2e.bench_servers(args.model, 37000, args.work, args.out, walk_ab=walk_ab)
-               if s.name.endswith(("-dflash", "-t15", "-t15w"))]  # fmt: skip
+    servers = profiled_servers(ddtree_e2e.bench_servers(args.model, 37000, args.work, args.out, walk_ab=walk_ab),
+                               t31=os.environ.get("DDTREE_PROFILE_T31") == "1")  # fmt: skip
     oracle = os.path.join(args.work, f"oracle-{args.model}.json")
     write_oracle(oracle, [], [])
     summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)), "model": args.model,

@@ -3,7 +3,8 @@
 # on the GPU machine (one H200), one call: bench/gpu/ddtree_profile.py says what is reduced from the traces.
 #   run(command="bash bench/gpu/ddtree_profile.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
 #   (the bundle in parts as for bench/gpu/ddtree_e2e.sh when it does not fit beside the tree)
-# Env: MODEL (hybrid | dense, default hybrid), DDTREE_PROFILE_STEPS (default 24), BUDGET_S (default 575),
+# Env: MODEL (hybrid | dense, default hybrid), DDTREE_PROFILE_T31=1 (DDTREE b31 profiled too),
+# DDTREE_PROFILE_STEPS (default 24), BUDGET_S (default 575),
 #   DDTREE_PROFILE_WALK_AB=1 (t15 walks eagerly, SGLANG_DDTREE_WALK_GRAPH=0, and a third server, t15w, with
 #   the walk graph of patch 0105, on by default since 0106).
 # Results: $OUT/ddtree-profile/{summary.md,summary.json,run.log,logs.tar.xz}.

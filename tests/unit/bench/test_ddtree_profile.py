@@ -69,3 +69,11 @@ def test_walk_graph_switches_reach_the_ddtree_servers_only(tmp_path, monkeypatch
     monkeypatch.setenv("DDTREE_WALK_GRAPH", "0")
     off = names(ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path)))
     assert off == {"hybrid-t15": "0", "hybrid-dflash": None, "hybrid-t31": "0"}
+
+
+def test_the_profile_takes_b31_only_when_asked(tmp_path):
+    import ddtree_e2e
+
+    servers = ddtree_e2e.bench_servers("dense", 37000, str(tmp_path), str(tmp_path), walk_ab=True)
+    assert [s.name for s in P.profiled_servers(servers)] == ["dense-t15", "dense-dflash", "dense-t15w"]
+    assert [s.name for s in P.profiled_servers(servers, t31=True)] == ["dense-t15", "dense-dflash", "dense-t31", "dense-t15w"]
