@@ -457,3 +457,55 @@ def test_graphed_calls_run_eagerly_off_cuda_with_the_same_results(dd):
         want = dd.apply_oracle_topk_device(lp.view(2, 15, 8), tk.view(2, 15, 8), true, (0, 1), profile)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
         assert torch.equal(got[1][:, 0, 0], true[:, 0]) and torch.equal(got[1][:, 1, 1], true[:, 1])
+
+
+class _StandInGraph:
+    """What a captured CUDA graph does on replay: the captured function again, on the static
+    inputs, into the static outputs (the same tensors every time)."""
+
+    def __init__(self, fn, statics, out):
+        self.fn, self.statics, self.out, self.replays = fn, statics, out, 0
+
+    def replay(self):
+        self.replays += 1
+        for buf, new in zip(self.out, self.fn(*self.statics), strict=True):
+            buf.copy_(new)
+
+
+def test_graphed_calls_capture_once_per_signature_replay_and_fall_back(dd, caplog):
+    """GraphedCalls' bookkeeping, driven on CPU with a stand-in capture: one capture per (key, input
+    shapes, dtypes), later calls copy their inputs in and replay into the same output tensors; past
+    max_graphs and after a failed capture (logged, never retried) the function runs eagerly."""
+    captured = []
+
+    def capture(fn, inputs):
+        statics = tuple(t.clone() for t in inputs)
+        captured.append(statics)
+        out = fn(*statics)
+        return _StandInGraph(fn, statics, out), statics, out
+
+    calls = dd.GraphedCalls("draft head", max_graphs=2, device_type="cpu", capture=capture)
+    double = lambda x, y: (x * 2, x + y)
+    a, b = torch.arange(4.0), torch.ones(4)
+    first = calls(double, (a, b), ("k", 1))
+    assert len(captured) == 1 and torch.equal(first[0], a * 2) and torch.equal(first[1], a + 1)
+    second = calls(double, (a + 10, b), ("k", 1))  # same signature: inputs copied in, replayed
+    assert len(captured) == 1 and second[0] is first[0] and torch.equal(second[0], (a + 10) * 2)
+    graph = calls._graphs[next(iter(calls._graphs))][0]
+    assert graph.replays == 2
+    calls(double, (torch.arange(6.0), torch.ones(6)), ("k", 1))  # another shape: another capture
+    assert len(captured) == 2
+    eager = calls(double, (a, b), ("k", 2))  # a third signature, past max_graphs: eager, nothing kept
+    assert len(captured) == 2 and len(calls._graphs) == 2 and torch.equal(eager[0], a * 2)
+
+    def broken(fn, inputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    failing = dd.GraphedCalls("oracle", device_type="cpu", capture=broken)
+    with caplog.at_level("WARNING"):
+        got = failing(double, (a, b), ("o",))
+        again = failing(double, (a + 1, b), ("o",))
+    assert torch.equal(got[0], a * 2) and torch.equal(again[0], (a + 1) * 2)
+    assert len(failing._failed) == 1 and not failing._graphs
+    assert sum("capture failed" in r.getMessage() for r in caplog.records) == 1  # logged once, not retried
+    assert dd.GraphedCalls("x", use_graphs=False, device_type="cpu", capture=broken)(double, (a, b))[0].equal(a * 2)
