@@ -127,6 +127,8 @@ class H(BaseHTTPRequestHandler):
                                     "accepted": 2,
                                     "prepare_ms": 1.0,
                                     "draft_ms": 0.7,
+                                    "block_ms": 0.45,
+                                    "head_ms": 0.25,
                                     "tree_ms": 0.3,
                                     "target_ms": 2.0 + W / 100,
                                     "verify_ms": 0.3,
