@@ -14,7 +14,7 @@ each part dispatches (views excluded; on a GPU each is a kernel launch or a copy
   once after);
 - mask: the tree mask as the series' worker calls tree_mask_flat (before 0105 the index arithmetic ran in
   the step; since 0105 the worker passes the index the build graph made, read from its source);
-- walk: the part of verify that SGLANG_DDTREE_WALK_GRAPH=1 (0105, opt-in) replays as one graph on CUDA
+- walk: the part of verify that the walk graph (0105; on by default since 0106) replays as one graph on CUDA
   (the walk and the packing of its device->host copy; the capture cannot run on a CPU, so this column
   says what the graph would hold, not a measurement of it).
 Operator counts do not depend on timing, so one run is the result (it is exact, not a sample). Uploads
