@@ -17,8 +17,8 @@ UV_VERSION=0.13.9
 host_python() {
   local p
   for p in $(type -ap python3) /usr/bin/python3; do
+    # by path, not by file: the venv's python3 is a link to the very interpreter wanted here
     [ -x "$p" ] || continue
-    [ -e "$repo/.venv/bin/python3" ] && [ "$p" -ef "$repo/.venv/bin/python3" ] && continue
     case "$p" in "$repo/.venv/"*) continue ;; esac
     "$p" -m pip --version >/dev/null 2>&1 && { echo "$p"; return 0; }
   done
