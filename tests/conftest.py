@@ -5,6 +5,7 @@ pure functions; tests import them directly (`import dflash_tree.diff`, `import d
 modules as `ansible.module_utils.dflash_tree.diff`.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,10 @@ for helpers in (REPO_ROOT / "tests", _UNIT, *sorted(p for p in _UNIT.iterdir() i
 # imported; ansible-core replaces sys.intern with a patch object at import, after which that
 # registration raises TypeError. Import dynamo first where torch is installed, so the DDTree tests
 # pass whatever order pytest collects them in.
+# It imports Triton too, where installed, and Triton decides at its import whether its library runs in
+# its CPU interpreter: the tests have no GPU, and the Triton kernels they run (the DDTree build kernel,
+# tests/unit/tree/test_ddtree_kernel.py) run interpreted, so the variable is set first.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 try:
     import torch._dynamo  # noqa: F401
 except ImportError:

@@ -8,6 +8,8 @@
 #   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
 #   keeps it and runs nothing, then .part2of2; split by scripts/gpu/split_carry.py .gpu/site.tar.xz 2)
 # .gpu/site.tar.xz: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`
+# DDTREE_BUILD_KERNEL=0|1: passed to the DDTREE servers as SGLANG_DDTREE_BUILD_KERNEL (the tree build as one
+# Triton kernel, patch 0107, on by default; 0 builds with the torch ops).
 # DDTREE_WALK_GRAPH=0|1: passed to every DDTREE server as SGLANG_DDTREE_WALK_GRAPH (the walk's CUDA graph,
 # on by default since patch 0106; 0 walks eagerly).
 # Results: $OUT/ddtree/{summary.md,summary.json,tree.json,logs.tar.xz}.

@@ -105,6 +105,8 @@ def servers_for(model, base_port, work, out, models_dir, fp32=False):
     senv = dict(env, SGLANG_DDTREE_ORACLE=oracle)
     if os.environ.get("DDTREE_WALK_GRAPH"):  # the walk's CUDA graph (0105; default on since 0106; DFLASH ignores it)
         senv["SGLANG_DDTREE_WALK_GRAPH"] = os.environ["DDTREE_WALK_GRAPH"]
+    if os.environ.get("DDTREE_BUILD_KERNEL"):  # the build kernel (0107; default on; 0 builds with torch ops)
+        senv["SGLANG_DDTREE_BUILD_KERNEL"] = os.environ["DDTREE_BUILD_KERNEL"]
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp32_shim")
     # SGLANG_MAMBA_CONV_DTYPE: the linear-attention conv state is bfloat16 by default whatever --dtype says,
     # and the float32 prefill's conv kernel refuses to mix the two (Triton "Mismatched type", H200 run of

@@ -43,7 +43,7 @@ DDTREE_FILES = [
 
 DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch",
                   "0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch",
-                  "0106-ddtree-head-graph.patch")  # fmt: skip
+                  "0106-ddtree-head-graph.patch", "0107-ddtree-build-kernel.patch")  # fmt: skip
 
 
 def ddtree_series(patch_dir):
@@ -96,6 +96,7 @@ def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     assert names.index("0104-ddtree-step-launches.patch") > names.index("0103-ddtree-hybrid.patch")
     assert names.index("0105-ddtree-step-graphs.patch") > names.index("0104-ddtree-step-launches.patch")
     assert names.index("0106-ddtree-head-graph.patch") > names.index("0105-ddtree-step-graphs.patch")
+    assert names.index("0107-ddtree-build-kernel.patch") > names.index("0106-ddtree-head-graph.patch")
     for rel in DDTREE_FILES:
         assert any(p.startswith("01") for p in patched.touched[rel]), rel
 
@@ -284,3 +285,19 @@ def test_the_draft_head_and_the_oracles_run_through_graphed_calls(patched):
     # the draft phase is timed in two parts (block_ms, head_ms) on both sides
     for tree in (worker, dflash):
         assert len(_calls(_function(tree, "_prepare_for_speculative_decoding"), "self._timing_block")) == 1
+
+
+def test_the_build_kernel_is_on_by_default_where_it_can_run(patched):
+    """0107: the worker asks TreeBuilder for the build kernel unless SGLANG_DDTREE_BUILD_KERNEL=0, and
+    only where build_kernel_usable says it runs (Triton, CUDA, budget + 1 <= 64); the log says so."""
+    src = (patched.root / f"{SPEC}/ddtree_worker.py").read_text(encoding="utf-8")
+    tree = ast.parse(src)
+    assigns = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)}
+    assert assigns["BUILD_KERNEL_ENV"] == "'SGLANG_DDTREE_BUILD_KERNEL'"
+    assert assigns["kernel"] == (
+        "os.environ.get(BUILD_KERNEL_ENV, '1') != '0' and build_kernel_usable(self.device, width)"
+    )
+    builders = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "TreeBuilder"]
+    assert len(builders) == 1
+    assert {k.arg: ast.unparse(k.value) for k in builders[0].keywords}["kernel"] == "kernel"
+    assert "+ build kernel" in src
