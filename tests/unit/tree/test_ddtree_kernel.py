@@ -167,6 +167,31 @@ def test_tree_builder_takes_the_kernel_for_trees_only_where_it_can_run(dd, monke
     assert not dd.build_kernel_usable("cpu", 16)  # on the CPU only Triton's interpreter runs it
 
 
+def test_a_kernel_that_fails_falls_back_to_the_torch_build_once_and_for_all(dd, monkeypatch, caplog):
+    rng = random.Random("fallback")
+    lp, ids = draft(rng, 2, 15, 8, "random")
+    roots, prefix = torch.tensor([3, 4]), torch.tensor([10, 20])
+    calls = []
+
+    def broken(*a, **k):
+        calls.append(1)
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(dd, "build_tree_kernel", broken)
+    builder = dd.TreeBuilder(15, use_graphs=False, kernel=True)
+    with caplog.at_level("WARNING"):
+        first = builder.build(lp, ids, roots, prefix, 8)
+        second = builder.build(lp, ids, roots, prefix, 8)
+    want = dd.build_tree_device(lp, ids, roots, 15, 8, prefix)
+    for tree in (first, second):
+        assert all(torch.equal(getattr(tree, n), getattr(want, n)) for n in FIELDS)
+    assert calls == [1] and builder.kernel is False
+    assert [r.getMessage() for r in caplog.records if "build kernel failed" in r.getMessage()] == [
+        "DDTREE tree build kernel failed (no kernel image is available for execution on the device); "
+        "building with torch ops from now on."
+    ]
+
+
 COMPILE = textwrap.dedent("""
     import importlib.util, json, sys
     from triton.backends.compiler import GPUTarget
