@@ -34,6 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddtree_servers import (
+    HTTP_ERRORS,
     Server,
     read_text,
     start_staggered,
@@ -301,7 +302,7 @@ def run(args):
                             continue
                         try:
                             rows.setdefault(srv.name, []).append(measure(srv, ranks, None if srv is dflash else 8))
-                        except (OSError, ValueError) as e:
+                        except HTTP_ERRORS as e:
                             rows.setdefault(srv.name, []).append({"error": f"{type(e).__name__}: {e}"})
                 table = {}
                 for name, runs in rows.items():

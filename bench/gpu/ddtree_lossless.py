@@ -52,7 +52,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddtree_servers import Server, start_staggered, stop_all, wait_healthy, write_oracle
+from ddtree_servers import HTTP_ERRORS, Server, start_staggered, stop_all, wait_healthy, write_oracle
 
 # LOSSLESS_DTYPE=float32: EVERY server in float32 through bench/gpu/fp32_shim (the speculative ones too), so
 # that the reference is the float32 no-speculation server itself (batch-invariant: H200 run of 2026-12-02,
@@ -338,7 +338,7 @@ def run(args):
             try:
                 rescore(sc, recs, refres[m].get("long_out") or [])
                 res = judge(recs, refres[m]["ids"], keep_ids=False)  # the ids: reference_ids
-            except (OSError, ValueError) as e:
+            except HTTP_ERRORS as e:
                 res = {"error": f"{type(e).__name__}: {e}"}
             res["scorer"] = sc.name
             summary["models"][m]["reference_vs_float32"] = res
@@ -347,7 +347,7 @@ def run(args):
                     a = run_case(sc, "bs1", [1], 64)[0]["output_ids"]
                     b = run_case(sc, "bs4", [0, 1, 2, 3], 64)[1]["output_ids"]
                     summary["models"][m]["controls"]["float32_bs1_equals_bs4"] = a == b
-                except (OSError, ValueError) as e:
+                except HTTP_ERRORS as e:
                     summary["models"][m]["controls"]["float32_bs1_equals_bs4"] = f"{type(e).__name__}: {e}"
             save()
 
@@ -371,7 +371,7 @@ def run(args):
                     recs += run_case(srv, kind, idx, n)
                 recs += prefix_case(srv, refres[m].get("long_out"))
                 return recs
-            except (OSError, ValueError) as e:  # a crash is a result too
+            except HTTP_ERRORS as e:  # a crash is a result too
                 return {"error": f"{type(e).__name__}: {e}", "alive": srv.alive()}
 
         def broken_controls():
@@ -391,7 +391,7 @@ def run(args):
                         rescore(scorer(m), recs, refres[m].get("long_out") or [])
                         res = judge(recs, refres[m]["ids"])
                         res["control_fails_as_it_must"] = not res["lossless"]
-                    except (OSError, ValueError) as e:
+                    except HTTP_ERRORS as e:
                         res = {"error": f"{type(e).__name__}: {e}", "control_fails_as_it_must": True}
                     finally:
                         os.unlink(flag)

@@ -31,7 +31,7 @@ import urllib.request
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddtree_servers import start_staggered, stop_all, wait_healthy, write_json, write_oracle
+from ddtree_servers import HTTP_ERRORS, start_staggered, stop_all, wait_healthy, write_json, write_oracle
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -200,7 +200,7 @@ def run(args):
             try:
                 summary["servers"][s.name] = profile_server(s, prompt, args.new_tokens, args.steps, trace_dir,
                                                             timeout=max(10, int(deadline - time.time() - 30)))  # fmt: skip
-            except (OSError, ValueError) as e:
+            except HTTP_ERRORS as e:
                 summary["servers"][s.name] = {"error": f"{type(e).__name__}: {e}"}
             write_json(os.path.join(args.out, "summary.json"), summary)
             write_markdown(summary, os.path.join(args.out, "summary.md"))

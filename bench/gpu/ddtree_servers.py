@@ -7,6 +7,7 @@ a bounded grace), so no call leaves a server holding the GPU.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -14,6 +15,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+
+# What a request to a server that is not (or no longer) answering HTTP raises: refused or reset
+# connections, timeouts, bad JSON, and whatever else holds the port while the server starts (an H200
+# run of 2026-12-03 got its own request line back from a port a starting server had not bound yet:
+# http.client.BadStatusLine, which is not an OSError).
+HTTP_ERRORS = (OSError, ValueError, http.client.HTTPException)
 
 
 def write_json(path, obj, indent=1):
@@ -80,8 +87,8 @@ class Server:
             return False
         try:
             ok = urllib.request.urlopen(self.base + "/health", timeout=5).status == 200
-        except (OSError, ValueError):
-            ok = False  # not listening yet
+        except HTTP_ERRORS:
+            ok = False  # not listening (or not answering HTTP) yet
         if ok:
             self.healthy_after = round(time.time() - self.t0, 1)
             if self.error == "not healthy in time":
@@ -108,7 +115,7 @@ class Server:
             urllib.request.urlopen(urllib.request.Request(self.base + "/flush_cache", data=b"", method="POST"),
                                    timeout=30).read()  # fmt: skip
             return True
-        except OSError:
+        except HTTP_ERRORS:
             return False
 
 
