@@ -53,6 +53,11 @@ PROMPTS = [
 RANKS_BRANCH = [0, 1, 0, 0, 0, 0, 0, 0]  # depth 2 through the 2nd child: DFLASH 1, DDTREE b15/b31 3/6 drafts per step
 RANKS_MATCH = [0, 0, 0, 0, 0, 0]  # every config accepts 6 drafts per step: matched acceptance
 REPEATS = int(os.environ.get("DDTREE_REPEATS", "5"))  # 3 rounds showed ratio spreads of 0.18-0.38 (2026-12-03)
+# tokens per request in the tok/s rounds (and the oracle's reference): one round of 3 x 256 tokens lasts
+# under a second per server at batch 1, and its tok/s varied by up to 30% between rounds (2026-12-03)
+NEW_TOKENS = int(os.environ.get("DDTREE_E2E_TOKENS", "256"))
+# the phases that make one decode step (SGLANG_DFLASH_STEP_TIMING): their sum per step is the step's time
+STEP_PHASES = ("prepare_ms", "target_ms", "verify_ms", "draft_append_ms")
 
 
 # ------------------------------------------------------------------ prepare
@@ -195,7 +200,19 @@ def step_timing(srv, since_line):
     med = {k: round(statistics.median(v), 4) for k in keys
            if (v := [r[k] for r in recs if r.get(k) is not None])}  # fmt: skip
     med.update(steps=len(recs), width=recs[0]["width"], cuda_graph=all(r["cuda_graph"] for r in recs))
+    totals = [sum(r[k] for k in STEP_PHASES) for r in recs if all(r.get(k) is not None for k in STEP_PHASES)]
+    if totals:
+        med["step_ms"] = round(statistics.median(totals), 4)  # the median of whole steps (prepare .. draft append)
     return med
+
+
+def step_speed_vs_dflash(timing, dflash_name):
+    """At matched acceptance every server commits the same tokens a step, so DFLASH's step time over a
+    server's is that server's tok/s over DFLASH's without the host and HTTP time around the steps:
+    the low-noise estimate beside the tok/s rounds (medians of a few dozen steps, not of 3 requests)."""
+    d = (timing.get(dflash_name) or {}).get("step_ms")
+    return {name: round(d / r["step_ms"], 3) for name, r in timing.items()
+            if d and name != dflash_name and isinstance(r, dict) and r.get("step_ms")}  # fmt: skip
 
 
 def timing_lines(srv):
@@ -217,7 +234,7 @@ def run(args):
     order = [per[m][k] for k in range(3) for m in models]
     for m in models:
         write_oracle(os.path.join(work, f"oracle-{m}.json"), [], [])
-    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "repeats": REPEATS,
+    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "repeats": REPEATS, "new_tokens": NEW_TOKENS,
                "servers": {}, "models": {m: {} for m in models}}  # fmt: skip
 
     def save():
@@ -248,7 +265,7 @@ def run(args):
                 continue
             oracle = os.path.join(work, f"oracle-{m}.json")
             write_oracle(oracle, [], [])
-            ref_ids = {k: dflash.generate(PROMPTS[k], 256)[0]["output_ids"] for k in range(len(PROMPTS))}
+            ref_ids = {k: dflash.generate(PROMPTS[k], NEW_TOKENS)[0]["output_ids"] for k in range(len(PROMPTS))}
             reference = [{"input_ids": PROMPTS[k], "output_ids": ref_ids[k]} for k in ref_ids]
             res = summary["models"][m]
 
@@ -276,6 +293,8 @@ def run(args):
                 d, t = timing.get(dflash.name) or {}, timing.get(t15.name) or {}
                 if not ranks and d.get("target_ms") and t.get("target_ms"):
                     timing["tree_over_linear_target_ms_at_16"] = round(t["target_ms"] / d["target_ms"], 3)
+                if ranks:
+                    timing["step_speed_vs_dflash"] = step_speed_vs_dflash(timing, dflash.name)
                 res[key] = timing
                 save()
 
@@ -285,7 +304,7 @@ def run(args):
                 srv.generate(PROMPTS[2], 16)
                 tokens, secs, acc, same = 0, 0.0, [], True
                 for k in range(len(PROMPTS)):
-                    o, dt = srv.generate(PROMPTS[k], 256)
+                    o, dt = srv.generate(PROMPTS[k], NEW_TOKENS)
                     tokens += len(o.get("output_ids") or [])
                     secs += dt
                     acc.append((o.get("meta_info") or {}).get("spec_accept_length"))
@@ -355,17 +374,20 @@ def write_markdown(summary, path):
                       "| server | width | cuda graph | steps | " + " | ".join(phases) + " |",
                       "|---|---|---|---|" + "---|" * len(phases)]  # fmt: skip
             for name, r in t.items():
-                if isinstance(r, dict) and r:
+                if isinstance(r, dict) and "width" in r:  # a server's row (not step_speed_vs_dflash)
                     lines.append(f"| {name} | {r['width']} | {r['cuda_graph']} | {r['steps']} | "
                                  + " | ".join(str(r.get(k, "")) for k in phases) + " |")  # fmt: skip
             if "tree_over_linear_target_ms_at_16" in t:
                 lines.append(f"\ntree/linear target forward at 16 tokens: {t['tree_over_linear_target_ms_at_16']} (goal <= 1.10)")
+            if t.get("step_speed_vs_dflash"):
+                lines.append("\nstep speed vs DFLASH (DFLASH's median step ms over the server's, same tokens a step): "
+                             + ", ".join(f"{k} {v}" for k, v in t["step_speed_vs_dflash"].items()))  # fmt: skip
         for label, title in (("matched", "matched acceptance (oracle ranks all 0)"),
                              ("branch", "the right token on a non-first branch (oracle ranks [0, 1, 0, ...])")):  # fmt: skip
             ph = res.get(label)
             if not ph:
                 continue
-            lines += ["", f"tok/s, {title}; batch 1, 3 prompts x 256 tokens per round:", "",
+            lines += ["", f"tok/s, {title}; batch 1, 3 prompts x {summary.get('new_tokens', 256)} tokens per round:", "",
                       "| server | budget | tok/s median [min, max] | x DFLASH [range] | accept length | expected drafts | ids identical |",
                       "|---|---|---|---|---|---|---|"]  # fmt: skip
             for name, r in ph["table"].items():

@@ -41,8 +41,8 @@ def scrub_text(text: str, pairs) -> str:
 def scrub_bytes(name: str, data: bytes, pairs) -> bytes:
     """``data`` of a file called ``name`` with the paths replaced (unchanged bytes if none occur)."""
     if name.endswith(".tar.xz"):
-        src = tarfile.open(fileobj=io.BytesIO(data), mode="r:xz")
-        members = [(m, src.extractfile(m).read() if m.isfile() else None) for m in src.getmembers()]
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as src:
+            members = [(m, src.extractfile(m).read() if m.isfile() else None) for m in src.getmembers()]
         new = [(m, scrub_bytes(m.name, d, pairs) if d is not None else None) for m, d in members]
         if all(a[1] == b[1] for a, b in zip(members, new, strict=True)):
             return data

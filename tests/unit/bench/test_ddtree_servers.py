@@ -51,3 +51,28 @@ def test_a_non_http_answer_is_not_healthy_and_does_not_raise(tmp_path):
         srv.proc.kill()
         srv.proc.wait()
         sock.close()
+
+
+def test_the_step_time_is_the_median_whole_step_and_its_ratio_is_dflash_over_the_server(tmp_path):
+    """bench/gpu/ddtree_e2e.py: step_ms is the median of per-step sums (prepare + target + verify +
+    draft append), and at matched acceptance DFLASH's step_ms over a server's is its speed estimate."""
+    import json
+
+    import ddtree_e2e as E
+
+    def steps(path, totals):
+        with open(path, "w") as fh:
+            for i, total in enumerate(totals):
+                rec = {"algo": "x", "bs": 1, "width": 16, "cuda_graph": True, "accepted": 6,
+                       "prepare_ms": total - 3.0, "target_ms": 2.0, "verify_ms": 0.5, "draft_append_ms": 0.5,
+                       "draft_ms": 1.0 + i, "tree_ms": None}  # fmt: skip
+                fh.write(json.dumps(rec) + "\n")
+
+    srv = S.Server("d", 1, [], str(tmp_path), str(tmp_path), env={"SGLANG_DFLASH_STEP_TIMING": str(tmp_path / "d")})
+    steps(tmp_path / "d", [6.0, 5.0, 9.0])
+    med = E.step_timing(srv, 0)
+    assert med["step_ms"] == 6.0 and med["steps"] == 3 and "tree_ms" not in med
+    timing = {"dense-dflash": {"step_ms": 6.0, "width": 16}, "dense-t15": {"step_ms": 5.0, "width": 16},
+              "dense-t31": {"step_ms": 7.5, "width": 32}, "dense-t99": {"width": 16}}  # fmt: skip
+    assert E.step_speed_vs_dflash(timing, "dense-dflash") == {"dense-t15": 1.2, "dense-t31": 0.8}
+    assert E.step_speed_vs_dflash({"dense-t15": {"step_ms": 5.0}}, "dense-dflash") == {}

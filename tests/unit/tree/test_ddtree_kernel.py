@@ -187,8 +187,10 @@ def test_a_kernel_that_fails_falls_back_to_the_torch_build_once_and_for_all(dd, 
         assert all(torch.equal(getattr(tree, n), getattr(want, n)) for n in FIELDS)
     assert calls == [1] and builder.kernel is False
     assert [r.getMessage() for r in caplog.records if "build kernel failed" in r.getMessage()] == [
-        "DDTREE tree build kernel failed (no kernel image is available for execution on the device); "
-        "building with torch ops from now on."
+        (
+            "DDTREE tree build kernel failed (no kernel image is available for execution on the device); "
+            "building with torch ops from now on."
+        )
     ]
 
 
