@@ -151,8 +151,10 @@ def linear_expected(ranks):
     return n
 
 
-def bench_servers(model, port, work, out, walk_ab=False):
-    """dflash, t15, t31 (and with walk_ab a fourth, t15w: t15 with the walk's CUDA graph, patch 0105).
+def bench_servers(model, port, work, out, walk_ab=False, dflash32=False):
+    """t15, dflash, t31 (and with walk_ab a fourth, t15w: t15 with the walk's CUDA graph, patch 0105; with
+    dflash32 one more, dflash32: DFLASH on t31's 32-block draft, which verifies 32 tokens a step as t31
+    does: the control that tells the verify width's cost from the tree's).
     DDTREE_WALK_GRAPH=1 in this script's environment turns the walk graph on for every DDTREE server."""
     models = os.path.join(work, "models")
     target, draft = ("target", "draft") if model == "dense" else ("hybrid", "hybrid-draft")
@@ -185,6 +187,8 @@ def bench_servers(model, port, work, out, walk_ab=False):
                env(f"{model}-t31", walk_all), budget=31, block=32),
         *([Server(f"{model}-t15w", port + 80, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out,
                   work, env(f"{model}-t15w", walk="1"), budget=15)] if walk_ab else []),
+        *([Server(f"{model}-dflash32", port + 100, [*base, *spec, *d32, "--speculative-algorithm", "DFLASH"], out,
+                  work, env(f"{model}-dflash32"), block=32)] if dflash32 else []),
     ]  # fmt: skip
 
 
@@ -229,9 +233,11 @@ def run(args):
     du = load_ddtree_utils(os.path.join(work, "tree"))  # the patched tree's own module (torch only)
     models = [m for m in args.models.split(",") if m]
     # ports 20 apart: sglang opens more sockets above --port (H200 run 2: EADDRINUSE at a neighbour's port)
-    per = {m: bench_servers(m, 35000 + 200 * i, work, out) for i, m in enumerate(models)}
+    # DDTREE_E2E_DFLASH32=1: the width control (bench_servers' dflash32) in the phases and the rounds
+    dflash32 = os.environ.get("DDTREE_E2E_DFLASH32") == "1"
+    per = {m: bench_servers(m, 35000 + 200 * i, work, out, dflash32=dflash32) for i, m in enumerate(models)}
     servers = [s for m in models for s in per[m]]
-    order = [per[m][k] for k in range(3) for m in models]
+    order = [per[m][k] for k in range(len(per[models[0]])) for m in models]
     for m in models:
         write_oracle(os.path.join(work, f"oracle-{m}.json"), [], [])
     summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_begin)), "repeats": REPEATS, "new_tokens": NEW_TOKENS,
@@ -259,7 +265,7 @@ def run(args):
             summary["waited_for_go_s"] = round(time.time() - t, 1)
             summary["go_seen"] = os.path.exists(go)
         for m in models:
-            t15, dflash, t31 = per[m]
+            t15, dflash, t31, *extra = per[m]
             if not up(dflash):
                 summary["models"][m]["error"] = "DFLASH server not up"
                 continue
@@ -273,7 +279,7 @@ def run(args):
             # ranks all 0: every config commits 7 tokens a step, so the phases that grow with acceptance
             # -- draft KV append, commit -- show; b31's 32-token block and verify too)
             def time_steps(srv, ranks, oracle=oracle, reference=reference, dflash=dflash):
-                write_oracle(oracle, reference, ranks, None if srv is dflash or not ranks else 8)
+                write_oracle(oracle, reference, ranks, None if srv.budget is None or not ranks else 8)
                 srv.generate(PROMPTS[2], 16)
                 mark = timing_lines(srv)
                 flag = srv.env["SGLANG_DFLASH_STEP_TIMING"] + ".on"
@@ -287,7 +293,7 @@ def run(args):
 
             for key, ranks in (("verify_step_timing", []), ("verify_step_timing_matched", RANKS_MATCH)):
                 timing = {}
-                for srv in (dflash, t15, t31):
+                for srv in (dflash, t15, t31, *extra):
                     if up(srv) and time.time() <= deadline - 60:
                         timing[srv.name] = time_steps(srv, ranks)
                 d, t = timing.get(dflash.name) or {}, timing.get(t15.name) or {}
@@ -316,11 +322,11 @@ def run(args):
             for label, ranks, rounds in (("matched", RANKS_MATCH, REPEATS), ("branch", RANKS_BRANCH, max(1, REPEATS - 1))):
                 rows = {}
                 for r in range(rounds):
-                    for srv in (dflash, t15, t31):
+                    for srv in (dflash, t15, t31, *extra):
                         if not up(srv) or time.time() > deadline - 25:
                             continue
                         try:
-                            rows.setdefault(srv.name, []).append(measure(srv, ranks, None if srv is dflash else 8))
+                            rows.setdefault(srv.name, []).append(measure(srv, ranks, None if srv.budget is None else 8))
                         except HTTP_ERRORS as e:
                             rows.setdefault(srv.name, []).append({"error": f"{type(e).__name__}: {e}"})
                 table = {}

@@ -8,6 +8,9 @@
 #   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
 #   keeps it and runs nothing, then .part2of2; split by scripts/gpu/split_carry.py .gpu/site.tar.xz 2)
 # .gpu/site.tar.xz: `python3 scripts/gpu/make_wheelhouse.py bench/gpu/overlay-wheels.txt .gpu/site.tar.xz --site`
+# DDTREE_E2E_DFLASH32=1: one more server per model, DFLASH on the 32-block draft (verifies 32 tokens a step, as
+# b31 does): the control that tells the verify width's cost from the tree's. DDTREE_E2E_TOKENS: tokens per
+# request in the tok/s rounds (256). DDTREE_REPEATS: rounds (5).
 # DDTREE_BUILD_KERNEL=0|1: passed to the DDTREE servers as SGLANG_DDTREE_BUILD_KERNEL (the tree build as one
 # Triton kernel, patch 0107, on by default; 0 builds with the torch ops).
 # DDTREE_WALK_GRAPH=0|1: passed to every DDTREE server as SGLANG_DDTREE_WALK_GRAPH (the walk's CUDA graph,
