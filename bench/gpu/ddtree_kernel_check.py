@@ -43,7 +43,10 @@ def load(tree, name):
     return mod
 
 
-def draft(rng, bs, depth_count, kk, kind, device):
+def draft(rng, bs, depth_count, kk, kind, device="cpu", lp_dtype=torch.float32, id_dtype=torch.int64):
+    """``[bs, D, K]`` draft top-k log-probs sorted descending, and token ids, of one kind: random, flat
+    (every node ties), quantised (many ties), or with -inf entries (a depth's best one too). ``lp_dtype``
+    None keeps what each kind makes (float64; float32 for quantised). Also the unit tests' drafts."""
     gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
     if kind == "random":
         lp = -torch.rand((bs, depth_count, kk), generator=gen, dtype=torch.float64) * 4
@@ -55,10 +58,12 @@ def draft(rng, bs, depth_count, kk, kind, device):
         lp = -torch.rand((bs, depth_count, kk), generator=gen, dtype=torch.float64) * 3
         lp[..., -1] = float("-inf")
         if depth_count > 2:
-            lp[:, 2, 0] = float("-inf")
-    lp = lp.sort(dim=-1, descending=True).values.to(torch.float32)  # the head's top-k are float32
+            lp[:, 2, 0] = float("-inf")  # nothing below depth 2
+    lp = lp.sort(dim=-1, descending=True).values
+    if lp_dtype is not None:
+        lp = lp.to(lp_dtype)  # the head's top-k are float32
     ids = torch.randint(0, 151936, (bs, depth_count, kk), generator=gen)
-    return lp.to(device), ids.to(device)
+    return lp.to(device), ids.to(device=device, dtype=id_dtype)
 
 
 def compare(dd, hy, device, cases):

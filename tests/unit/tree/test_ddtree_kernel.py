@@ -31,6 +31,8 @@ torch = pytest.importorskip("torch", reason="CPU torch is not installed: scripts
 triton = pytest.importorskip("triton", reason="triton is not installed: it is in the lock's dev group (uv sync)")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "gpu"))
+import ddtree_kernel_check as kernel_check
 from test_ddtree_utils import PATCH, TARGET, load_from_patch, new_file_from_patch
 
 INTERPRETED = type(triton.language.zeros).__name__ == "InterpretedFunction"
@@ -70,23 +72,10 @@ def hy(tmp_path_factory):
 
 
 def draft(rng, bs, depth_count, kk, kind):
-    """``[bs, D, K]`` log-probs sorted descending, of one kind: random, flat (every node ties),
-    quantised (many ties), or with -inf entries (a depth's best one too)."""
-    gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
-    if kind == "random":
-        lp = -torch.rand((bs, depth_count, kk), generator=gen, dtype=torch.float64) * 4
-    elif kind == "flat":
-        lp = torch.full((bs, depth_count, kk), math.log(0.5), dtype=torch.float64)
-    elif kind == "quantised":
-        lp = -(torch.rand((bs, depth_count, kk), generator=gen) * 4).round().to(torch.float32)
-    else:
-        lp = -torch.rand((bs, depth_count, kk), generator=gen, dtype=torch.float64) * 3
-        lp[..., -1] = float("-inf")
-        if depth_count > 2:
-            lp[:, 2, 0] = float("-inf")  # nothing below depth 2
-    lp = lp.sort(dim=-1, descending=True).values
-    ids = torch.randint(0, 150000, (bs, depth_count, kk), generator=gen)
-    return lp, ids.to(rng.choice([torch.int32, torch.int64]))
+    """bench/gpu/ddtree_kernel_check.py's drafts (the GPU check runs the same kinds), log-probs as each
+    kind makes them (float64; float32 quantised), token ids int32 or int64."""
+    return kernel_check.draft(rng, bs, depth_count, kk, kind, lp_dtype=None,
+                              id_dtype=rng.choice([torch.int32, torch.int64]))  # fmt: skip
 
 
 def assert_kernel_equals_torch(dd, hy, lp, ids, budget, topk, roots=None, prefix=None):
