@@ -1,0 +1,172 @@
+"""sglang's GDN tree-verify kernel on the GPU: the wheel's against the series' (patch 0108 when it ran).
+
+Recorded run: bench/gpu/results/2026-12-03-ddtree-build-kernel/call8-gdn-chain-check/ (at 35291e1, whose
+series had 0108: the parent reload skipped on a chain step; no gain, reverted). With a series that does not
+touch the kernel, upstream.py and patched.py are the same file and the run measures the kernel's cost by
+verify width and tree shape (linear, chain, trees).
+
+  prepare (here, no GPU): the pinned wheel's fla/fused_sigmoid_gating_recurrent.py as it ships
+           (upstream.py) and after the committed series (patched.py), written to --out (carry it):
+             python3 bench/gpu/gdn_chain_check.py prepare --out .gpu/gdn
+  run (the GPU machine: torch and Triton only, no sglang install, no server):
+             python bench/gpu/gdn_chain_check.py run --src .gpu/gdn --out "$OUT/gdn.json"
+           at the bench hybrid's shapes (16 value heads, K = V = 128, float32 state cache, batch 1):
+           the linear verify (no parents), a chain given as a tree, and DDTREE-like trees (half the
+           tokens' parents the previous token), at 16 and 32 tokens; for each, upstream and patched
+           with the switch off and on: outputs and cached states compared bit for bit with upstream,
+           and the median us per launch over REPEATS x ITERS launches (CUDA events). One layer's cost:
+           the hybrid target has 18 such layers a verify step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import statistics
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
+
+
+def prepare(out):
+    sys.path.insert(0, os.path.join(REPO, "module_utils"))
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    import dflash_tree.diff
+    import dflash_tree.series
+    import dflash_tree.wheel
+    import sglang_wheel
+
+    wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    try:
+        patches = dflash_tree.series.read_series_dir(str(sglang_wheel.PATCH_DIR))
+        contents, _, _ = dflash_tree.diff.apply_series(wheel.read, patches)
+        upstream = wheel.read(REL)
+    finally:
+        wheel.close()
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "upstream.py"), "wb") as fh:
+        fh.write(upstream)
+    with open(os.path.join(out, "patched.py"), "wb") as fh:
+        fh.write(contents[REL])
+    print(f"wrote {out}/upstream.py and {out}/patched.py ({len(patches)} patches applied)")
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def parents_of(kind, steps, rng):
+    if kind == "linear":
+        return None
+    if kind == "chain":
+        return [max(j - 1, 0) for j in range(steps)]
+    return [0] + [j - 1 if rng.random() < 0.5 else rng.randrange(j) for j in range(1, steps)]
+
+
+def inputs(torch, steps, parents, heads=16, dim=128, seed=0, device="cuda"):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dev = {"device": device}
+
+    def rnd(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, generator=gen, **dev).to(dtype)
+
+    out = {
+        "A_log": -torch.rand(heads, generator=gen, **dev), "a": rnd(steps, heads), "dt_bias": rnd(heads, dtype=torch.float32),
+        "softplus_beta": 1.0, "softplus_threshold": 20.0,
+        "q": rnd(1, steps, heads, dim), "k": rnd(1, steps, heads, dim), "v": rnd(1, steps, heads, dim),
+        "b": rnd(1, steps, heads), "initial_state_source": rnd(2, heads, dim, dim, dtype=torch.float32),
+        "initial_state_indices": torch.tensor([1], dtype=torch.int32, **dev), "use_qk_l2norm_in_kernel": True,
+        "disable_state_update": True,
+        "intermediate_states_buffer": torch.zeros(1, steps, heads, dim, dim, dtype=torch.float32, **dev),
+        "intermediate_state_indices": torch.tensor([0], dtype=torch.int32, **dev), "cache_steps": steps,
+    }  # fmt: skip
+    if parents is not None:
+        out["retrieve_parent_token"] = torch.tensor([parents], dtype=torch.int64, **dev)
+    return out
+
+
+def run(src, out_path, repeats, iters, device="cuda", heads=16, dim=128):
+    """device cpu (with TRITON_INTERPRET=1): the comparison only, at small shapes (a dry run)."""
+    import torch
+
+    up = load(os.path.join(src, "upstream.py"), "gdn_upstream")
+    pa = load(os.path.join(src, "patched.py"), "gdn_patched")
+    rng = random.Random(0)
+    rows = []
+    for steps in (16, 32):
+        for kind in ("linear", "chain", "tree", "tree2"):
+            parents = parents_of(kind, steps, rng)
+            base = inputs(torch, steps, parents, heads=heads, dim=dim, device=device)
+            row = {"tokens": steps, "kind": kind,
+                   "chain_steps": None if parents is None else sum(p == j - 1 for j, p in enumerate(parents) if j)}  # fmt: skip
+            want = None
+            for label, mod, keep in (("upstream", up, None), ("patched_off", pa, False), ("patched_on", pa, True)):
+                if keep is not None and hasattr(pa, "_KEEP_CHAIN_STATE"):
+                    pa._KEEP_CHAIN_STATE = keep
+                args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()}
+                o = mod.fused_sigmoid_gating_delta_rule_update(**args)
+                cache = args["intermediate_states_buffer"]
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                if want is None:
+                    want = (o.clone(), cache.clone())
+                else:
+                    row[f"{label}_identical"] = bool(torch.equal(o, want[0]) and torch.equal(cache, want[1]))
+                times = []
+                for _ in range(repeats if device == "cuda" else 0):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for _ in range(iters):
+                        mod.fused_sigmoid_gating_delta_rule_update(**args)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end) * 1000 / iters)
+                if times:
+                    row[f"{label}_us"] = round(statistics.median(times), 2)
+                    row[f"{label}_us_range"] = [round(min(times), 2), round(max(times), 2)]
+            if hasattr(pa, "_KEEP_CHAIN_STATE"):
+                pa._KEEP_CHAIN_STATE = False
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else device, "torch": torch.__version__, "rows": rows,
+              "verdict": "PASS" if all(r.get("patched_off_identical") and r.get("patched_on_identical")
+                                       for r in rows) else "FAIL"}  # fmt: skip
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print("verdict", result["verdict"])
+    return 0 if result["verdict"] == "PASS" else 1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--out", default=".gpu/gdn")
+    r = sub.add_parser("run")
+    r.add_argument("--src", default=".gpu/gdn")
+    r.add_argument("--out", required=True)
+    r.add_argument("--repeats", type=int, default=5)
+    r.add_argument("--iters", type=int, default=200)
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--heads", type=int, default=16)
+    r.add_argument("--dim", type=int, default=128)
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    rc = prepare(args.out) if args.cmd == "prepare" else run(args.src, args.out, args.repeats, args.iters,
+                                                                  args.device, args.heads, args.dim)
+    print(f"done in {time.time() - t0:.1f} s")
+    return rc or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
