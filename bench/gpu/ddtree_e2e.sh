@@ -11,7 +11,6 @@
 # DDTREE_E2E_DFLASH32=1: one more server per model, DFLASH on the 32-block draft (verifies 32 tokens a step, as
 # b31 does): the control that tells the verify width's cost from the tree's. DDTREE_E2E_TOKENS: tokens per
 # request in the tok/s rounds (256). DDTREE_REPEATS: rounds (5).
-# DDTREE_GDN_KEEP_CHAIN=1: SGLANG_DDTREE_GDN_KEEP_CHAIN=1 for the servers (patch 0108, off by default).
 # DDTREE_BUILD_KERNEL=0|1: passed to the DDTREE servers as SGLANG_DDTREE_BUILD_KERNEL (the tree build as one
 # Triton kernel, patch 0107, on by default; 0 builds with the torch ops).
 # DDTREE_WALK_GRAPH=0|1: passed to every DDTREE server as SGLANG_DDTREE_WALK_GRAPH (the walk's CUDA graph,

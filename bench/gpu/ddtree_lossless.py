@@ -107,8 +107,6 @@ def servers_for(model, base_port, work, out, models_dir, fp32=False):
         senv["SGLANG_DDTREE_WALK_GRAPH"] = os.environ["DDTREE_WALK_GRAPH"]
     if os.environ.get("DDTREE_BUILD_KERNEL"):  # the build kernel (0107; default on; 0 builds with torch ops)
         senv["SGLANG_DDTREE_BUILD_KERNEL"] = os.environ["DDTREE_BUILD_KERNEL"]
-    if os.environ.get("DDTREE_GDN_KEEP_CHAIN"):  # 0108's register-kept chain state (off by default)
-        senv["SGLANG_DDTREE_GDN_KEEP_CHAIN"] = os.environ["DDTREE_GDN_KEEP_CHAIN"]
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp32_shim")
     # SGLANG_MAMBA_CONV_DTYPE: the linear-attention conv state is bfloat16 by default whatever --dtype says,
     # and the float32 prefill's conv kernel refuses to mix the two (Triton "Mismatched type", H200 run of

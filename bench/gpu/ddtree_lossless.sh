@@ -10,7 +10,6 @@
 # LOSSLESS_DTYPE=float32: every server (the speculative ones too) in float32 through bench/gpu/fp32_shim, the
 #   float32 no-speculation server as the reference (ids must equal its ids; epsilon 0.01 nats); default bfloat16
 #   servers judged by a float32 re-scorer (epsilon 0.25 nats).
-# DDTREE_GDN_KEEP_CHAIN=1: SGLANG_DDTREE_GDN_KEEP_CHAIN=1 for the servers (patch 0108, off by default).
 # DDTREE_BUILD_KERNEL=0|1: passed to the DDTREE servers as SGLANG_DDTREE_BUILD_KERNEL (the tree build as one
 # Triton kernel, patch 0107, on by default; 0 builds with the torch ops).
 # DDTREE_WALK_GRAPH=0|1: passed to the DDTREE servers as SGLANG_DDTREE_WALK_GRAPH (the walk's CUDA graph, on by

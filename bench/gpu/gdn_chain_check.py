@@ -52,7 +52,7 @@ def prepare(out):
     with open(os.path.join(out, "upstream.py"), "wb") as fh:
         fh.write(upstream)
     with open(os.path.join(out, "patched.py"), "wb") as fh:
-        fh.write(contents[REL])
+        fh.write(contents.get(REL) or upstream)  # the wheel's own text where the series leaves it alone
     print(f"wrote {out}/upstream.py and {out}/patched.py ({len(patches)} patches applied)")
 
 

@@ -43,8 +43,7 @@ DDTREE_FILES = [
 
 DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch",
                   "0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch",
-                  "0106-ddtree-head-graph.patch", "0107-ddtree-build-kernel.patch",
-                  "0108-gdn-keep-chain-state.patch")  # fmt: skip
+                  "0106-ddtree-head-graph.patch", "0107-ddtree-build-kernel.patch")  # fmt: skip
 
 
 def ddtree_series(patch_dir):
@@ -98,7 +97,6 @@ def test_ddtree_patches_come_after_registration_and_touch_their_files(patched):
     assert names.index("0105-ddtree-step-graphs.patch") > names.index("0104-ddtree-step-launches.patch")
     assert names.index("0106-ddtree-head-graph.patch") > names.index("0105-ddtree-step-graphs.patch")
     assert names.index("0107-ddtree-build-kernel.patch") > names.index("0106-ddtree-head-graph.patch")
-    assert names.index("0108-gdn-keep-chain-state.patch") > names.index("0107-ddtree-build-kernel.patch")
     for rel in DDTREE_FILES:
         assert any(p.startswith("01") for p in patched.touched[rel]), rel
 
