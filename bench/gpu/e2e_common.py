@@ -1,5 +1,6 @@
 """Shared by bench/gpu/e2e_fail.py and e2e_bench.py: start extra sglang servers from the DEPLOYED
 release (its venv, its tree, its instance env), in their own sessions, logs under --out."""
+import http.client
 import json
 import os
 import pathlib
@@ -80,7 +81,7 @@ class Server:
     def health(self):
         try:
             return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5).status
-        except OSError:
+        except (OSError, http.client.HTTPException):  # not answering HTTP yet (ddtree_servers.HTTP_ERRORS)
             return None
 
     def wait_healthy(self, timeout):

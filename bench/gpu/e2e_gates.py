@@ -12,6 +12,7 @@ perf.tokens_per_s, the figure, the threshold and both releases; current is R1 ag
 A CPU dry run (no deploy, the vars file and the checks only): --dry-run.
 """
 import argparse
+import http.client
 import json
 import os
 import re
@@ -85,7 +86,7 @@ def main():
     after = current()
     try:
         health = urllib.request.urlopen("http://127.0.0.1:30001/health", timeout=5).status
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:
         health = f"{exc}"
     res = {"rc": rc, "seconds": round(time.time() - t0, 1), "r1": r1, "current_after": after,
            "refused": m.group(1) if m else None, "message": m.group(2)[:2000] if m else None,

@@ -10,7 +10,9 @@ Files with nothing to replace are left untouched (their bytes and times stay).
   python3 scripts/gpu/scrub_record.py bench/gpu/results/<record> [--home /root] [--out /root/out]
     [--repo <the device's repository root; default: this checkout's root>] [--check]
 
---check changes nothing and exits 1 when a file still names one of the paths.
+--check changes nothing and exits 1 when a file still names one of the paths. The defaults are the GPU
+machine's HOME and $OUT as its calls report them (the first lines of each harness's run.log), not paths of the
+machine that commits the record.
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
 import scrub_record as S
 
-TEXT = "PYTHONPATH=/srv/repo/bench:/root/site out=/root/out/ddtree/summary.md\n"
+TEXT = "PYTHONPATH=/srv/repo/bench:/home/gpu/site out=/home/gpu/out/ddtree/summary.md\n"
 WANT = "PYTHONPATH=<repo>/bench:<home>/site out=<out>/ddtree/summary.md\n"
 
 
 def make_record(folder):
     (folder / "run.log").write_text(TEXT)
     (folder / "summary.json.xz").write_bytes(lzma.compress(TEXT.encode()))
-    (folder / "weights.bin").write_bytes(b"/root/out not text")
+    (folder / "weights.bin").write_bytes(b"/home/gpu/out not text")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:xz") as tar:
         for name, data in (("a.server.log", TEXT.encode()), ("tree.json", b"{}")):
@@ -30,7 +30,7 @@ def make_record(folder):
 
 def test_paths_become_placeholders_everywhere_and_check_finds_none_after(tmp_path, capsys):
     make_record(tmp_path)
-    args = [str(tmp_path), "--repo", "/srv/repo"]
+    args = [str(tmp_path), "--repo", "/srv/repo", "--home", "/home/gpu", "--out", "/home/gpu/out"]
     assert S.main([*args, "--check"]) == 1
     assert "run.log" in capsys.readouterr().out
     assert S.main(args) == 0
@@ -39,7 +39,7 @@ def test_paths_become_placeholders_everywhere_and_check_finds_none_after(tmp_pat
     with tarfile.open(tmp_path / "logs.tar.xz") as tar:
         assert tar.extractfile("a.server.log").read().decode() == WANT
         assert tar.extractfile("tree.json").read() == b"{}"
-    assert (tmp_path / "weights.bin").read_bytes() == b"/root/out not text"  # not a text file: left alone
+    assert (tmp_path / "weights.bin").read_bytes() == b"/home/gpu/out not text"  # not a text file: left alone
     assert S.main([*args, "--check"]) == 0
 
 
