@@ -55,7 +55,7 @@ def _union_ms(intervals):
     return total / 1000.0
 
 
-def summarize_trace(trace, steps, top=12):
+def summarize_trace(trace, steps, top=30):
     """A Chrome trace of torch's profiler (dict with traceEvents, or the list) -> per-step figures."""
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else list(trace)
     xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
@@ -164,8 +164,9 @@ def write_markdown(summary, path):
 
 
 def profiled_servers(servers, t31=False):
-    """DFLASH, DDTREE b15 (and t15w in the walk A/B); DDTREE b31 too with DDTREE_PROFILE_T31=1."""
-    ends = ("-dflash", "-t15", "-t15w") + (("-t31",) if t31 else ())
+    """DFLASH, DDTREE b15 (and t15w in the walk A/B); with DDTREE_PROFILE_T31=1 DDTREE b31 too and DFLASH on
+    b31's 32-block draft (dflash32: the same verify width without the tree)."""
+    ends = ("-dflash", "-t15", "-t15w") + (("-t31", "-dflash32") if t31 else ())
     return [s for s in servers if s.name.endswith(ends)]
 
 
@@ -178,8 +179,9 @@ def run(args):
     os.environ["SGLANG_TORCH_PROFILER_DIR"] = trace_dir
     # DDTREE_PROFILE_WALK_AB=1: t15 without the walk's CUDA graph (SGLANG_DDTREE_WALK_GRAPH=0), t15w with it
     walk_ab = os.environ.get("DDTREE_PROFILE_WALK_AB") == "1"
-    servers = profiled_servers(ddtree_e2e.bench_servers(args.model, 37000, args.work, args.out, walk_ab=walk_ab),
-                               t31=os.environ.get("DDTREE_PROFILE_T31") == "1")  # fmt: skip
+    t31 = os.environ.get("DDTREE_PROFILE_T31") == "1"
+    servers = profiled_servers(ddtree_e2e.bench_servers(args.model, 37000, args.work, args.out, walk_ab=walk_ab,
+                                                        dflash32=t31), t31=t31)  # fmt: skip
     oracle = os.path.join(args.work, f"oracle-{args.model}.json")
     write_oracle(oracle, [], [])
     summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)), "model": args.model,

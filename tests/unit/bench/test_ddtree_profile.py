@@ -77,3 +77,8 @@ def test_the_profile_takes_b31_only_when_asked(tmp_path):
     servers = ddtree_e2e.bench_servers("dense", 37000, str(tmp_path), str(tmp_path), walk_ab=True)
     assert [s.name for s in P.profiled_servers(servers)] == ["dense-t15", "dense-dflash", "dense-t15w"]
     assert [s.name for s in P.profiled_servers(servers, t31=True)] == ["dense-t15", "dense-dflash", "dense-t31", "dense-t15w"]
+    # with b31, DFLASH on b31's 32-block draft: the same verify width without the tree
+    servers = ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path), dflash32=True)
+    picked = P.profiled_servers(servers, t31=True)
+    assert [s.name for s in picked] == ["hybrid-t15", "hybrid-dflash", "hybrid-t31", "hybrid-dflash32"]
+    assert "hybrid-draft32" in " ".join(picked[-1].cmd) and picked[-1].block == 32
