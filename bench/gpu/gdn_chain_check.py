@@ -72,8 +72,10 @@ def parents_of(kind, steps, rng):
     return [0] + [j - 1 if rng.random() < 0.5 else rng.randrange(j) for j in range(1, steps)]
 
 
-def inputs(torch, steps, parents, heads=16, dim=128, seed=0, device="cuda"):
+def inputs(torch, steps, parents, heads=16, dim=128, seed=0, device="cuda", key_heads=None):
+    """heads: value heads (HV); key_heads: query/key heads (H, HV a multiple of it; default HV)."""
     gen = torch.Generator(device=device).manual_seed(seed)
+    kh = key_heads or heads
     dev = {"device": device}
 
     def rnd(*shape, dtype=torch.bfloat16):
@@ -82,7 +84,7 @@ def inputs(torch, steps, parents, heads=16, dim=128, seed=0, device="cuda"):
     out = {
         "A_log": -torch.rand(heads, generator=gen, **dev), "a": rnd(steps, heads), "dt_bias": rnd(heads, dtype=torch.float32),
         "softplus_beta": 1.0, "softplus_threshold": 20.0,
-        "q": rnd(1, steps, heads, dim), "k": rnd(1, steps, heads, dim), "v": rnd(1, steps, heads, dim),
+        "q": rnd(1, steps, kh, dim), "k": rnd(1, steps, kh, dim), "v": rnd(1, steps, heads, dim),
         "b": rnd(1, steps, heads), "initial_state_source": rnd(2, heads, dim, dim, dtype=torch.float32),
         "initial_state_indices": torch.tensor([1], dtype=torch.int32, **dev), "use_qk_l2norm_in_kernel": True,
         "disable_state_update": True,
@@ -147,6 +149,92 @@ def run(src, out_path, repeats, iters, device="cuda", heads=16, dim=128):
     return 0 if result["verdict"] == "PASS" else 1
 
 
+CAP = "BV = triton.next_power_of_2(K), min(triton.next_power_of_2(V), 32)"
+
+
+def with_bv_cap(text, cap):
+    """The kernel module's text with its value-block cap (32 in the wheel) set to `cap`."""
+    if CAP not in text:
+        raise SystemExit("the value-block line is not the wheel's: " + CAP)
+    return text.replace(CAP, CAP.replace("32)", f"{int(cap)})"))
+
+
+def sweep(src, out_path, caps, repeats, iters, device="cuda", shapes=((16, 16), (48, 16)), dim=128):
+    """The verify kernel by value-block size (BV): grid (1, V / BV, batch x value heads), one warp each, so
+    at batch 1 a smaller BV means more, shorter programs. shapes: (value heads, key heads): the bench
+    hybrid's (16, 16) and Qwen3.6-27B's (48, 16). Outputs and cached states are compared with BV 32 (the
+    wheel's): max abs difference (a column of the state is computed alone, so only the reduction's
+    layout can differ)."""
+    import torch
+
+    with open(os.path.join(src, "upstream.py")) as fh:
+        text = fh.read()
+    mods = {}
+    for cap in caps:
+        path = os.path.join(src, f"bv{cap}.py")
+        with open(path, "w") as fh:
+            fh.write(with_bv_cap(text, cap))
+        mods[cap] = load(path, f"gdn_bv{cap}")
+    rng = random.Random(0)
+    rows = []
+    for hv, hk in shapes:
+        for batch in (1, 4):
+            for steps in (16, 32):
+                for kind in ("linear", "tree"):
+                    parents = parents_of(kind, steps, rng)
+                    base = inputs(torch, steps, parents, heads=hv, dim=dim, device=device, key_heads=hk)
+                    if batch > 1:
+                        base = batched(torch, base, batch, parents)
+                    row = {"value_heads": hv, "key_heads": hk, "batch": batch, "tokens": steps, "kind": kind}
+                    want = None
+                    for cap in caps:
+                        args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()}
+                        o = mods[cap].fused_sigmoid_gating_delta_rule_update(**args)
+                        cache = args["intermediate_states_buffer"]
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                        if want is None:
+                            want = (o.clone(), cache.clone())
+                        else:
+                            row[f"bv{cap}_max_diff"] = float(max((o - want[0]).abs().max(), (cache - want[1]).abs().max()))
+                        times = []
+                        for _ in range(repeats if device == "cuda" else 0):
+                            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            start.record()
+                            for _ in range(iters):
+                                mods[cap].fused_sigmoid_gating_delta_rule_update(**args)
+                            end.record()
+                            end.synchronize()
+                            times.append(start.elapsed_time(end) * 1000 / iters)
+                        if times:
+                            row[f"bv{cap}_us"] = round(statistics.median(times), 2)
+                            row[f"bv{cap}_us_range"] = [round(min(times), 2), round(max(times), 2)]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else device, "torch": torch.__version__,
+              "caps": list(caps), "rows": rows}  # fmt: skip
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w") as fh:
+        json.dump(result, fh, indent=1)
+    return 0
+
+
+def batched(torch, one, batch, parents):
+    """`batch` requests of the same tokens (the verify's layout: tokens of request i at i x steps...)."""
+    out = dict(one)
+    for key in ("a",):
+        out[key] = one[key].repeat(batch, 1)
+    for key in ("q", "k", "v", "b"):
+        out[key] = one[key].repeat(batch, *([1] * (one[key].dim() - 1)))
+    out["initial_state_source"] = one["initial_state_source"].repeat(batch, 1, 1, 1)
+    out["initial_state_indices"] = torch.arange(batch, dtype=torch.int32, device=one["q"].device)
+    out["intermediate_states_buffer"] = one["intermediate_states_buffer"].repeat(batch, 1, 1, 1, 1)
+    out["intermediate_state_indices"] = torch.arange(batch, dtype=torch.int32, device=one["q"].device)
+    if parents is not None:
+        out["retrieve_parent_token"] = one["retrieve_parent_token"].repeat(batch, 1)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -160,10 +248,24 @@ def main(argv=None):
     r.add_argument("--device", default="cuda")
     r.add_argument("--heads", type=int, default=16)
     r.add_argument("--dim", type=int, default=128)
+    w = sub.add_parser("sweep", help="the wheel's kernel by value-block size (BV)")
+    w.add_argument("--src", default=".gpu/gdn")
+    w.add_argument("--out", required=True)
+    w.add_argument("--caps", default="32,16,8,4")
+    w.add_argument("--repeats", type=int, default=5)
+    w.add_argument("--iters", type=int, default=200)
+    w.add_argument("--device", default="cuda")
+    w.add_argument("--dim", type=int, default=128)
+    w.add_argument("--shapes", default="16:16,48:16", help="value heads:key heads, comma separated")
     args = ap.parse_args(argv)
     t0 = time.time()
-    rc = prepare(args.out) if args.cmd == "prepare" else run(args.src, args.out, args.repeats, args.iters,
-                                                                  args.device, args.heads, args.dim)
+    if args.cmd == "prepare":
+        rc = prepare(args.out)
+    elif args.cmd == "sweep":
+        rc = sweep(args.src, args.out, [int(c) for c in args.caps.split(",")], args.repeats, args.iters, args.device,
+                   shapes=[tuple(int(x) for x in sh.split(":")) for sh in args.shapes.split(",")], dim=args.dim)
+    else:
+        rc = run(args.src, args.out, args.repeats, args.iters, args.device, args.heads, args.dim)
     print(f"done in {time.time() - t0:.1f} s")
     return rc or 0
 
