@@ -1,8 +1,8 @@
-"""Patch 0108: sglang's GDN verify kernel launches in 8-wide value blocks (SGLANG_GDN_VERIFY_BLOCK_V).
+"""Patch 0108: sglang's GDN verify kernel launches in 16-wide value blocks (SGLANG_GDN_VERIFY_BLOCK_V).
 
 The launcher of fla/fused_sigmoid_gating_recurrent.py, patched and as the pinned wheel has it, is called with
 the kernel replaced by a recorder: a call that caches intermediate states (the speculative target verify)
-must launch with BV = 8 (grid (1, V / 8, requests x value heads)), every other call with the wheel's 32; the
+must launch with BV = 16 (grid (1, V / 16, requests x value heads)), every other call with the wheel's 32; the
 override takes 4, 8, 16 or 32 and refuses anything else when the module loads. That the blocks compute the
 same numbers is the kernel's own structure (each value column of the state on its own); the GPU sweep
 (`bench/gpu/gdn_chain_check.py sweep`) compares outputs and cached states across block sizes.
@@ -72,20 +72,20 @@ def launch(mod, verify, requests=2, steps=4, H=2, HV=6, K=128, V=128):
     return mod.fused_sigmoid_gating_delta_rule_update_kernel.calls[-1]
 
 
-def test_the_verify_launches_in_8_wide_value_blocks_and_decode_keeps_32(texts, tmp_path, monkeypatch):
+def test_the_verify_launches_in_16_wide_value_blocks_and_decode_keeps_32(texts, tmp_path, monkeypatch):
     monkeypatch.delenv("SGLANG_GDN_VERIFY_BLOCK_V", raising=False)
     mod = load(texts["patched"], tmp_path, "gdn_patched")
     verify = launch(mod, verify=True)
-    assert (verify["BV"], verify["BK"], verify["cache"]) == (8, 128, True)
-    assert verify["grid"] == (1, 128 // 8, 2 * 6)
+    assert (verify["BV"], verify["BK"], verify["cache"]) == (16, 128, True)
+    assert verify["grid"] == (1, 128 // 16, 2 * 6)
     decode = launch(mod, verify=False)
     assert (decode["BV"], decode["grid"], decode["cache"]) == (32, (1, 128 // 32, 2 * 6), False)
-    # the wheel launches the verify in 32-wide blocks: a quarter of the programs, each four times the work
+    # the wheel launches the verify in 32-wide blocks: half the programs, each twice the work
     wheel = launch(load(texts["upstream"], tmp_path, "gdn_upstream"), verify=True)
     assert (wheel["BV"], wheel["grid"]) == (32, (1, 4, 12))
 
 
-@pytest.mark.parametrize("value", ["4", "16", "32"])
+@pytest.mark.parametrize("value", ["4", "8", "32"])
 def test_the_override_sets_the_verify_block_only(texts, tmp_path, monkeypatch, value):
     monkeypatch.setenv("SGLANG_GDN_VERIFY_BLOCK_V", value)
     mod = load(texts["patched"], tmp_path, f"gdn_bv{value}")
