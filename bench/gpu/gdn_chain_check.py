@@ -16,6 +16,12 @@ verify width and tree shape (linear, chain, trees).
            with the switch off and on: outputs and cached states compared bit for bit with upstream,
            and the median us per launch over REPEATS x ITERS launches (CUDA events). One layer's cost:
            the hybrid target has 18 such layers a verify step.
+  sweep (the GPU machine, after prepare): the wheel's kernel by value-block size (patch 0108's measurement),
+             python bench/gpu/gdn_chain_check.py sweep --src .gpu/gdn --out "$OUT/gdn/sweep.json"
+           at the bench hybrid's heads and Qwen3.6-27B's, batch 1 and 4, 16 and 32 tokens, linear and tree;
+           each launch timed inside a CUDA graph. Recorded: bench/gpu/results/2026-12-03-ddtree-width/.
+           CPU dry run (Triton's interpreter; numpy < 2.4, which the interpreter's runtime loops need):
+             TRITON_INTERPRET=1 python bench/gpu/gdn_chain_check.py sweep --device cpu --dim 16 --shapes 2:1 ...
 """
 
 from __future__ import annotations
