@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddtree_servers import (
     HTTP_ERRORS,
     Server,
+    passed_env,
     read_text,
     start_staggered,
     stop_all,
@@ -171,10 +172,7 @@ def bench_servers(model, port, work, out, walk_ab=False, dflash32=False):
 
     def env(name, walk=None):
         e = {"SGLANG_DDTREE_ORACLE": oracle, "SGLANG_DFLASH_STEP_TIMING": os.path.join(work, f"timing-{name}.jsonl")}
-        if os.environ.get("DDTREE_BUILD_KERNEL"):  # 0 or 1: the build kernel (patch 0107; on by default)
-            e["SGLANG_DDTREE_BUILD_KERNEL"] = os.environ["DDTREE_BUILD_KERNEL"]
-        if os.environ.get("DDTREE_GDN_VERIFY_BLOCK_V"):  # every server (patch 0108: the GDN verify's value block)
-            e["SGLANG_GDN_VERIFY_BLOCK_V"] = os.environ["DDTREE_GDN_VERIFY_BLOCK_V"]
+        e.update(passed_env(skip=("DDTREE_WALK_GRAPH",)))  # build kernel, GDN block and tree paths: every server
         return dict(e, SGLANG_DDTREE_WALK_GRAPH=walk) if walk else e
 
     d16 = ["--speculative-draft-model-path", os.path.join(models, draft)]

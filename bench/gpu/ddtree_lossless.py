@@ -52,7 +52,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddtree_servers import HTTP_ERRORS, Server, start_staggered, stop_all, wait_healthy, write_oracle
+from ddtree_servers import (
+    HTTP_ERRORS,
+    Server,
+    passed_env,
+    start_staggered,
+    stop_all,
+    wait_healthy,
+    write_oracle,
+)
 
 # LOSSLESS_DTYPE=float32: EVERY server in float32 through bench/gpu/fp32_shim (the speculative ones too), so
 # that the reference is the float32 no-speculation server itself (batch-invariant: H200 run of 2026-12-02,
@@ -103,10 +111,7 @@ def servers_for(model, base_port, work, out, models_dir, fp32=False):
     oracle = os.path.join(work, f"oracle-{model}.json")  # one per model: the oracle keys references by prompt
     env = {}
     senv = dict(env, SGLANG_DDTREE_ORACLE=oracle)
-    if os.environ.get("DDTREE_WALK_GRAPH"):  # the walk's CUDA graph (0105; default on since 0106; DFLASH ignores it)
-        senv["SGLANG_DDTREE_WALK_GRAPH"] = os.environ["DDTREE_WALK_GRAPH"]
-    if os.environ.get("DDTREE_BUILD_KERNEL"):  # the build kernel (0107; default on; 0 builds with torch ops)
-        senv["SGLANG_DDTREE_BUILD_KERNEL"] = os.environ["DDTREE_BUILD_KERNEL"]
+    senv.update(passed_env())  # the series' switches set for this run (ddtree_servers.PASSED_ENV)
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp32_shim")
     # SGLANG_MAMBA_CONV_DTYPE: the linear-attention conv state is bfloat16 by default whatever --dtype says,
     # and the float32 prefill's conv kernel refuses to mix the two (Triton "Mismatched type", H200 run of

@@ -14,6 +14,8 @@
 # Triton kernel, patch 0107, on by default; 0 builds with the torch ops).
 # DDTREE_WALK_GRAPH=0|1: passed to the DDTREE servers as SGLANG_DDTREE_WALK_GRAPH (the walk's CUDA graph, on by
 # default since patch 0106; 0 walks eagerly).
+# DDTREE_GDN_VERIFY_BLOCK_V=4|8|16|32, DDTREE_GDN_TREE_PATHS=0|1: passed to every server as SGLANG_GDN_* (the GDN
+# verify kernel's value block, patch 0108, default 16; the GDN tree verify node by node, patch 0109, default off).
 # CPU dry run (stand-in servers, no weights):
 #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_lossless.sh
 set -euo pipefail

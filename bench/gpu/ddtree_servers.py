@@ -21,6 +21,17 @@ import urllib.request
 # run of 2026-12-03 got its own request line back from a port a starting server had not bound yet:
 # http.client.BadStatusLine, which is not an OSError).
 HTTP_ERRORS = (OSError, ValueError, http.client.HTTPException)
+# The series' switches, set for a run in the harness's environment and handed to the servers it starts:
+# the walk graph (0105/0106), the build kernel (0107), the GDN verify's value block (0108), the GDN tree verify
+# node by node (0109). Unset: each server keeps the series' default.
+PASSED_ENV = {"DDTREE_WALK_GRAPH": "SGLANG_DDTREE_WALK_GRAPH", "DDTREE_BUILD_KERNEL": "SGLANG_DDTREE_BUILD_KERNEL",
+              "DDTREE_GDN_VERIFY_BLOCK_V": "SGLANG_GDN_VERIFY_BLOCK_V", "DDTREE_GDN_TREE_PATHS": "SGLANG_GDN_TREE_PATHS"}  # fmt: skip
+
+
+def passed_env(environ=None, skip=()):
+    """The server environment for the switches set in `environ` (os.environ by default), less `skip`."""
+    environ = os.environ if environ is None else environ
+    return {server: environ[ours] for ours, server in PASSED_ENV.items() if ours not in skip and environ.get(ours)}
 
 
 def write_json(path, obj, indent=1):

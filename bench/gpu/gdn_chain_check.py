@@ -180,7 +180,11 @@ def sweep(src, out_path, caps, repeats, iters, device="cuda", shapes=((16, 16), 
         path = os.path.join(src, f"bv{cap}.py")
         with open(path, "w") as fh:
             fh.write(with_bv_cap(text, cap))
-        mods[cap] = load(path, f"gdn_bv{cap}")
+        mods[f"bv{cap}"] = load(path, f"gdn_bv{cap}")
+    patched = load(os.path.join(src, "patched.py"), "gdn_paths")
+    if hasattr(patched, "_TREE_PATHS"):  # patch 0109: the tree verify node by node (tree rows only)
+        patched._TREE_PATHS = True
+        mods["paths"] = patched
     rng = random.Random(0)
     rows = []
     for hv, hk in shapes:
@@ -193,25 +197,27 @@ def sweep(src, out_path, caps, repeats, iters, device="cuda", shapes=((16, 16), 
                         base = batched(torch, base, batch, parents)
                     row = {"value_heads": hv, "key_heads": hk, "batch": batch, "tokens": steps, "kind": kind}
                     want = None
-                    for cap in caps:
+                    for label, mod in mods.items():
+                        if label == "paths" and parents is None:
+                            continue
                         args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()}
-                        o = mods[cap].fused_sigmoid_gating_delta_rule_update(**args)
+                        o = mod.fused_sigmoid_gating_delta_rule_update(**args)
                         cache = args["intermediate_states_buffer"]
                         if device == "cuda":
                             torch.cuda.synchronize()
                         if want is None:
                             want = (o.clone(), cache.clone())
                         else:
-                            row[f"bv{cap}_max_diff"] = float(max((o - want[0]).abs().max(), (cache - want[1]).abs().max()))
-                        times = graph_times(torch, mods[cap].fused_sigmoid_gating_delta_rule_update, args, repeats,
+                            row[f"{label}_max_diff"] = float(max((o - want[0]).abs().max(), (cache - want[1]).abs().max()))
+                        times = graph_times(torch, mod.fused_sigmoid_gating_delta_rule_update, args, repeats,
                                             iters) if device == "cuda" else []  # fmt: skip
                         if times:
-                            row[f"bv{cap}_us"] = round(statistics.median(times), 2)
-                            row[f"bv{cap}_us_range"] = [round(min(times), 2), round(max(times), 2)]
+                            row[f"{label}_us"] = round(statistics.median(times), 2)
+                            row[f"{label}_us_range"] = [round(min(times), 2), round(max(times), 2)]
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else device, "torch": torch.__version__,
-              "caps": list(caps), "rows": rows}  # fmt: skip
+              "variants": list(mods), "rows": rows}  # fmt: skip
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as fh:
         json.dump(result, fh, indent=1)

@@ -76,3 +76,25 @@ def test_the_step_time_is_the_median_whole_step_and_its_ratio_is_dflash_over_the
               "dense-t31": {"step_ms": 7.5, "width": 32}, "dense-t99": {"width": 16}}  # fmt: skip
     assert E.step_speed_vs_dflash(timing, "dense-dflash") == {"dense-t15": 1.2, "dense-t31": 0.8}
     assert E.step_speed_vs_dflash({"dense-t15": {"step_ms": 5.0}}, "dense-dflash") == {}
+
+
+def test_the_series_switches_set_for_a_run_reach_the_servers_and_nothing_else_does():
+    env = {"DDTREE_GDN_TREE_PATHS": "1", "DDTREE_GDN_VERIFY_BLOCK_V": "32", "DDTREE_BUILD_KERNEL": "0",
+           "DDTREE_WALK_GRAPH": "", "PATH": "/bin", "SGLANG_DDTREE_ORACLE": "x"}  # fmt: skip
+    assert S.passed_env(env) == {"SGLANG_GDN_TREE_PATHS": "1", "SGLANG_GDN_VERIFY_BLOCK_V": "32",
+                                 "SGLANG_DDTREE_BUILD_KERNEL": "0"}  # fmt: skip
+    env["DDTREE_WALK_GRAPH"] = "0"
+    assert S.passed_env(env)["SGLANG_DDTREE_WALK_GRAPH"] == "0"
+    assert "SGLANG_DDTREE_WALK_GRAPH" not in S.passed_env(env, skip=("DDTREE_WALK_GRAPH",))
+    assert S.passed_env({}) == {}
+
+
+def test_the_e2e_servers_carry_the_gdn_switches(tmp_path, monkeypatch):
+    import ddtree_e2e
+
+    monkeypatch.setenv("DDTREE_GDN_TREE_PATHS", "1")
+    monkeypatch.setenv("DDTREE_WALK_GRAPH", "0")
+    for srv in ddtree_e2e.bench_servers("hybrid", 37000, str(tmp_path), str(tmp_path), dflash32=True):
+        assert srv.env["SGLANG_GDN_TREE_PATHS"] == "1", srv.name
+        # the walk switch stays the e2e's own (DDTREE servers only)
+        assert srv.env.get("SGLANG_DDTREE_WALK_GRAPH") == (None if "dflash" in srv.name else "0"), srv.name

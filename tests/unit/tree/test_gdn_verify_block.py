@@ -29,7 +29,7 @@ PATCH = "0108-gdn-verify-block.patch"
 @pytest.fixture(scope="module")
 def texts():
     patched = series_texts([REL])[REL]
-    upstream = series_texts([REL], exclude=(PATCH,))[REL]
+    upstream = series_texts([REL], exclude=(PATCH, "0109-gdn-tree-paths.patch"))[REL]
     assert "_VERIFY_BLOCK_V" in patched and "_VERIFY_BLOCK_V" not in upstream
     return {"patched": patched, "upstream": upstream}
 

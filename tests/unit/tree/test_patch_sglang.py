@@ -114,6 +114,7 @@ def test_the_series_applies_cleanly_to_the_pinned_wheel(built, series):
         "0106-ddtree-head-graph.patch",
         "0107-ddtree-build-kernel.patch",
         "0108-gdn-verify-block.patch",
+        "0109-gdn-tree-paths.patch",
     ]
     assert m["sglang_version"] == "0.5.11"
     assert m["wheel"]["sha256"] == pinned_sha256()

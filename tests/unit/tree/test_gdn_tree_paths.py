@@ -1,0 +1,160 @@
+"""Patch 0109: the GDN tree verify node by node (fused_gdn_tree_paths_kernel, SGLANG_GDN_TREE_PATHS=1).
+
+The patched fla/fused_sigmoid_gating_recurrent.py runs here under Triton's CPU interpreter (tests/conftest.py
+sets TRITON_INTERPRET=1) on small tree verifies: random trees (chains, branches, stars), requests of
+different initial states (one with none: a negative index), varlen and fixed-width batches, two value heads
+per q/k head. The oracle is a brute-force float64 recurrence along each root-to-node path
+(bench/gpu/fp32_shim/fp32_gdn.step: the same gate, beta, l2-norm and scale conventions as sglang's kernel):
+every node's output and cached state must match it. With the switch off, and for a linear verify, the
+launcher keeps the wheel's serial kernel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="CPU torch is not installed: scripts/controller.sh installs it from the index or find-links pip is configured with")
+triton = pytest.importorskip("triton", reason="triton is not installed: it is in the lock's dev group (uv sync)")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[2] / "bench" / "gpu" / "fp32_shim"))
+import fp32_gdn as ref
+from test_ddtree_patch import series_texts
+
+REL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
+H, HV, K, V = 1, 2, 16, 16
+
+
+@pytest.fixture(scope="module")
+def text():
+    if type(triton.language.zeros).__name__ != "InterpretedFunction":
+        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set (tests/conftest.py sets it)")
+    patched = series_texts([REL])[REL]
+    assert "fused_gdn_tree_paths_kernel" in patched
+    return patched
+
+
+def load(text, tmp_path, name, paths):
+    path = tmp_path / f"{name}.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod._TREE_PATHS = paths  # what SGLANG_GDN_TREE_PATHS=1 sets when the module loads
+    return mod
+
+
+def tree(kind, steps, rng):
+    """Parents of tokens 0..steps-1 (token 0 the root; each parent before its child)."""
+    if kind == "chain":
+        return [0] + [j - 1 for j in range(1, steps)]
+    if kind == "star":
+        return [0] * steps
+    return [0] + [j - 1 if rng.random() < 0.4 else rng.randrange(j) for j in range(1, steps)]
+
+
+def verify_case(seed, kinds, steps, varlen=True, h0_index=(2, -1, 0)):
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    n = len(kinds)
+    tot = n * steps
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    parents = torch.tensor([tree(kind, steps, rng) for kind in kinds], dtype=torch.int64)
+    case = {"A_log": -torch.rand(HV, generator=gen), "a": rnd(tot, HV), "dt_bias": rnd(HV), "softplus_beta": 1.0,
+            "softplus_threshold": 20.0, "q": rnd(1, tot, H, K), "k": rnd(1, tot, H, K), "v": rnd(1, tot, HV, V),
+            "b": rnd(1, tot, HV), "initial_state_source": rnd(3, HV, V, K),
+            "initial_state_indices": torch.tensor(h0_index[:n], dtype=torch.int32), "use_qk_l2norm_in_kernel": True,
+            "disable_state_update": True, "intermediate_states_buffer": torch.zeros(n + 1, steps, HV, V, K),
+            "intermediate_state_indices": torch.tensor(list(range(n, 0, -1)), dtype=torch.int32),
+            "cache_steps": steps, "retrieve_parent_token": parents}  # fmt: skip
+    if varlen:
+        case["cu_seqlens"] = torch.arange(0, tot + 1, steps, dtype=torch.int32)
+    else:  # the fixed-width form: [requests, steps, ...]
+        for key in ("q", "k", "v", "b"):
+            case[key] = case[key].reshape(n, steps, *case[key].shape[2:])
+    return case
+
+
+def brute_force(case):
+    """Every node's output and state from its request's initial state along its root-to-node path."""
+    steps = case["cache_steps"]
+    parents = case["retrieve_parent_token"]
+    q = ref.expand_heads(ref.l2norm(case["q"].reshape(-1, H, K).double()), HV)
+    k = ref.expand_heads(ref.l2norm(case["k"].reshape(-1, H, K).double()), HV)
+    v = case["v"].reshape(-1, HV, V).double()
+    g = ref.gating(case["A_log"].double(), case["a"].double(), case["dt_bias"].double())
+    beta = torch.sigmoid(case["b"].reshape(-1, HV).double())
+    outs, states = torch.zeros(q.shape[0], HV, V, dtype=torch.float64), {}
+    for n in range(parents.shape[0]):
+        i0 = int(case["initial_state_indices"][n])
+        for t in range(steps):
+            path = [t]
+            while path[-1] > 0:
+                path.append(int(parents[n, path[-1]]))
+            S = case["initial_state_source"][i0].double()[None] if i0 >= 0 else torch.zeros(1, HV, V, K, dtype=torch.float64)
+            for j in reversed(path):
+                r = n * steps + j
+                o, S = ref.step(S, q[r : r + 1], k[r : r + 1], v[r : r + 1], g[r : r + 1], beta[r : r + 1], K**-0.5)
+            outs[n * steps + t] = o[0]
+            states[(n, t)] = S[0]
+    return outs, states
+
+
+def run(mod, case):
+    args = {key: (val.clone() if isinstance(val, torch.Tensor) else val) for key, val in case.items()}
+    out = mod.fused_sigmoid_gating_delta_rule_update(**args)
+    return out, args["intermediate_states_buffer"]
+
+
+@pytest.mark.parametrize(
+    "seed,kinds,steps,varlen",
+    [(1, ("random", "chain", "star"), 8, True), (2, ("random", "random"), 16, True), (3, ("random", "star"), 5, False)],
+)
+def test_every_node_is_its_root_to_node_recurrence(text, tmp_path, seed, kinds, steps, varlen):
+    mod = load(text, tmp_path, f"gdn_paths_{seed}", paths=True)
+    case = verify_case(seed, kinds, steps, varlen=varlen)
+    out, cache = run(mod, case)
+    want_o, want_s = brute_force(case)
+    assert tuple(out.shape) == tuple(case["v"].shape)
+    assert (out.reshape(-1, HV, V).double() - want_o).abs().max() < 1e-5
+    for (n, t), state in want_s.items():
+        slot = int(case["intermediate_state_indices"][n])
+        assert (cache[slot, t].double() - state).abs().max() < 1e-5, (n, t)
+    # the slot no request owns stays untouched
+    used = {int(i) for i in case["intermediate_state_indices"]}
+    assert all(cache[i].abs().max() == 0 for i in range(cache.shape[0]) if i not in used)
+
+
+class Recorder:
+    def __init__(self):
+        self.grids = []
+
+    def __getitem__(self, grid):
+        self.grids.append(tuple(grid))
+        return lambda *args, **kw: None
+
+
+def test_the_switch_and_the_call_choose_the_kernel(text, tmp_path):
+    case = verify_case(4, ("random", "chain"), 8)
+    for paths, linear, want in ((True, False, "paths"), (False, False, "serial"), (True, True, "serial")):
+        mod = load(text, tmp_path, f"gdn_choice_{paths}_{linear}", paths=paths)
+        mod.fused_gdn_tree_paths_kernel, mod.fused_sigmoid_gating_delta_rule_update_kernel = Recorder(), Recorder()
+        args = dict(case, retrieve_parent_token=None) if linear else case
+        run(mod, args)
+        launched = "paths" if mod.fused_gdn_tree_paths_kernel.grids else "serial"
+        assert launched == want, (paths, linear)
+    # one program per (value block, node, request x value head); 16-wide blocks (0108) over V = 16
+    assert mod.fused_sigmoid_gating_delta_rule_update_kernel.grids == [(1, 1, 2 * HV)]
+    paths_mod = load(text, tmp_path, "gdn_grid", paths=True)
+    paths_mod.fused_gdn_tree_paths_kernel = Recorder()
+    run(paths_mod, case)
+    assert paths_mod.fused_gdn_tree_paths_kernel.grids == [(1, 8, 2 * HV)]
