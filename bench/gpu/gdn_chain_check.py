@@ -1,9 +1,10 @@
-"""sglang's GDN tree-verify kernel on the GPU: the wheel's against the series' (patch 0108 when it ran).
+"""sglang's GDN verify kernel on the GPU: the wheel's against the series' (patches 0108, 0109), by shape.
 
-Recorded run: bench/gpu/results/2026-12-03-ddtree-build-kernel/call8-gdn-chain-check/ (at 35291e1, whose
-series had 0108: the parent reload skipped on a chain step; no gain, reverted). With a series that does not
-touch the kernel, upstream.py and patched.py are the same file and the run measures the kernel's cost by
-verify width and tree shape (linear, chain, trees).
+Recorded runs: bench/gpu/results/2026-12-03-ddtree-build-kernel/call8-gdn-chain-check/ (`run` at 35291e1, whose
+series had a first 0108: the parent reload skipped on a chain step; no gain, reverted; that run timed an eager
+loop of launches, which measures the Python launcher more than the kernel) and
+bench/gpu/results/2026-12-03-ddtree-width/call9-gdn-sweep-graphs/ (`sweep`: the value block of today's 0108).
+Both now time launches replayed from a CUDA graph.
 
   prepare (here, no GPU): the pinned wheel's fla/fused_sigmoid_gating_recurrent.py as it ships
            (upstream.py) and after the committed series (patched.py), written to --out (carry it):
@@ -12,11 +13,12 @@ verify width and tree shape (linear, chain, trees).
              python bench/gpu/gdn_chain_check.py run --src .gpu/gdn --out "$OUT/gdn.json"
            at the bench hybrid's shapes (16 value heads, K = V = 128, float32 state cache, batch 1):
            the linear verify (no parents), a chain given as a tree, and DDTREE-like trees (half the
-           tokens' parents the previous token), at 16 and 32 tokens; for each, upstream and patched
-           with the switch off and on: outputs and cached states compared bit for bit with upstream,
-           and the median us per launch over REPEATS x ITERS launches (CUDA events). One layer's cost:
-           the hybrid target has 18 such layers a verify step.
-  sweep (the GPU machine, after prepare): the wheel's kernel by value-block size (patch 0108's measurement),
+           tokens' parents the previous token), at 16 and 32 tokens; upstream and patched (the series'
+           launcher, its opt-in switches off): outputs and cached states compared bit for bit with
+           upstream, and the median us per launch. One layer's cost: the hybrid target has 18 such layers
+           a verify step.
+  sweep (the GPU machine, after prepare): the wheel's kernel by value-block size (patch 0108's measurement)
+           and, in the tree rows, the series' node-by-node tree verify (patch 0109, switched on),
              python bench/gpu/gdn_chain_check.py sweep --src .gpu/gdn --out "$OUT/gdn/sweep.json"
            at the bench hybrid's heads and Qwen3.6-27B's, batch 1 and 4, 16 and 32 tokens, linear and tree;
            each launch timed inside a CUDA graph. Recorded: bench/gpu/results/2026-12-03-ddtree-width/.
@@ -120,27 +122,11 @@ def run(src, out_path, repeats, iters, device="cuda", heads=16, dim=128):
             for label, mod, keep in (("upstream", up, None), ("patched_off", pa, False), ("patched_on", pa, True)):
                 if keep is not None and hasattr(pa, "_KEEP_CHAIN_STATE"):
                     pa._KEEP_CHAIN_STATE = keep
-                args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()}
-                o = mod.fused_sigmoid_gating_delta_rule_update(**args)
-                cache = args["intermediate_states_buffer"]
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                o, cache = call_and_time(torch, mod, base, row, label, device, repeats, iters)
                 if want is None:
-                    want = (o.clone(), cache.clone())
+                    want = (o, cache)
                 else:
                     row[f"{label}_identical"] = bool(torch.equal(o, want[0]) and torch.equal(cache, want[1]))
-                times = []
-                for _ in range(repeats if device == "cuda" else 0):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(iters):
-                        mod.fused_sigmoid_gating_delta_rule_update(**args)
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end) * 1000 / iters)
-                if times:
-                    row[f"{label}_us"] = round(statistics.median(times), 2)
-                    row[f"{label}_us_range"] = [round(min(times), 2), round(max(times), 2)]
             if hasattr(pa, "_KEEP_CHAIN_STATE"):
                 pa._KEEP_CHAIN_STATE = False
             rows.append(row)
@@ -200,20 +186,11 @@ def sweep(src, out_path, caps, repeats, iters, device="cuda", shapes=((16, 16), 
                     for label, mod in mods.items():
                         if label == "paths" and parents is None:
                             continue
-                        args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()}
-                        o = mod.fused_sigmoid_gating_delta_rule_update(**args)
-                        cache = args["intermediate_states_buffer"]
-                        if device == "cuda":
-                            torch.cuda.synchronize()
+                        o, cache = call_and_time(torch, mod, base, row, label, device, repeats, iters)
                         if want is None:
-                            want = (o.clone(), cache.clone())
+                            want = (o, cache)
                         else:
                             row[f"{label}_max_diff"] = float(max((o - want[0]).abs().max(), (cache - want[1]).abs().max()))
-                        times = graph_times(torch, mod.fused_sigmoid_gating_delta_rule_update, args, repeats,
-                                            iters) if device == "cuda" else []  # fmt: skip
-                        if times:
-                            row[f"{label}_us"] = round(statistics.median(times), 2)
-                            row[f"{label}_us_range"] = [round(min(times), 2), round(max(times), 2)]
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else device, "torch": torch.__version__,
@@ -222,6 +199,19 @@ def sweep(src, out_path, caps, repeats, iters, device="cuda", shapes=((16, 16), 
     with open(out_path, "w") as fh:
         json.dump(result, fh, indent=1)
     return 0
+
+
+def call_and_time(torch, mod, base, row, label, device, repeats, iters):
+    """One call of the module's launcher on a copy of `base` -> (output, cached states); on the GPU also its
+    time per launch inside a CUDA graph into row[label_us] (median) and row[label_us_range]."""
+    args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in base.items()}
+    o = mod.fused_sigmoid_gating_delta_rule_update(**args)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        times = graph_times(torch, mod.fused_sigmoid_gating_delta_rule_update, args, repeats, iters)
+        row[f"{label}_us"] = round(statistics.median(times), 2)
+        row[f"{label}_us_range"] = [round(min(times), 2), round(max(times), 2)]
+    return o.clone(), args["intermediate_states_buffer"].clone()
 
 
 def graph_times(torch, fn, args, repeats, iters, per_graph=20):
