@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "gpu"))
 import ddtree_kernel_check as kernel_check
 from test_ddtree_utils import PATCH, TARGET, load_from_patch, new_file_from_patch
+from triton_sm90 import compile_in_child
 
 INTERPRETED = type(triton.language.zeros).__name__ == "InterpretedFunction"
 
@@ -209,18 +209,7 @@ COMPILE = textwrap.dedent("""
 
 def test_the_kernel_compiles_for_sm90(tmp_path):
     """Triton's compiler (no GPU needed) takes the kernel to SM 9.0 machine code at the budgets the
-    benchmarks run: what the interpreter does not check (types of loop-carried values, scalar casts).
-    In a child process without TRITON_INTERPRET, so that Triton compiles rather than interprets."""
-    src = tmp_path / "ddtree_device.py"
-    src.write_text(new_file_from_patch(PATCH, DEVICE_TARGET), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    run = subprocess.run([sys.executable, "-c", COMPILE, str(src)], env=env, capture_output=True, text=True, timeout=300, check=False)
-    if run.returncode and "ptxas" in run.stderr:
-        pytest.skip(f"Triton cannot assemble for CUDA here: {run.stderr.strip().splitlines()[-1]}")
-    assert run.returncode == 0, run.stderr[-3000:]
-    import json
-
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    benchmarks run: what the interpreter does not check (types of loop-carried values, scalar casts)."""
+    out = compile_in_child(COMPILE, new_file_from_patch(PATCH, DEVICE_TARGET), tmp_path, "ddtree_device.py")
     assert out.pop("type") == "JITFunction"
     assert all(size > 0 and sm90 for size, sm90 in out.values()), out

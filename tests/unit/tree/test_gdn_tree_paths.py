@@ -13,10 +13,7 @@ SM 9.0, which the interpreter does not check (loop-carried types, scalar casts).
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import random
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -31,6 +28,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[2] / "bench" / "gpu" / "fp32_shim"))
 import fp32_gdn as ref
 from test_ddtree_patch import series_texts
+from triton_sm90 import compile_in_child
 
 REL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
 H, HV, K, V = 1, 2, 16, 16
@@ -193,15 +191,6 @@ COMPILE = textwrap.dedent("""
 
 
 def test_the_kernel_compiles_for_sm90(text, tmp_path):
-    """In a child process without TRITON_INTERPRET, so that Triton compiles rather than interprets."""
-    src = tmp_path / "gdn_paths.py"
-    src.write_text(text, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    run = subprocess.run([sys.executable, "-c", COMPILE, str(src)], env=env, capture_output=True, text=True, timeout=300, check=False)
-    if run.returncode and "ptxas" in run.stderr:
-        pytest.skip(f"Triton cannot assemble for CUDA here: {run.stderr.strip().splitlines()[-1]}")
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = compile_in_child(COMPILE, text, tmp_path, "gdn_paths.py")
     assert out.pop("type") == "JITFunction"
     assert len(out) == 4 and all(size > 0 and sm90 for size, sm90 in out.values()), out
