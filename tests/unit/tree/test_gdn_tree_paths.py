@@ -178,7 +178,7 @@ COMPILE = textwrap.dedent("""
     out = {"type": type(kernel).__name__}
     # the bench hybrid (16 value heads) at b15 and b31, Qwen3.6-27B's 48 value heads, varlen (the verify) and not
     for np2, hv, varlen in [(16, 16, True), (32, 16, True), (32, 48, True), (32, 48, False)]:
-        consts = {"NP2_T": np2, "B": 1, "H": 16, "HV": hv, "K": 128, "V": 128, "BK": 128, "BV": 16,
+        consts = {"NP2_T": np2, "H": 16, "HV": hv, "K": 128, "V": 128, "BK": 128, "BV": 16,
                   "USE_QK_L2NORM_IN_KERNEL": True, "IS_VARLEN": varlen}
         names = kernel.arg_names
         signature = {n: "constexpr" if n in consts else scalars.get(n) or pointers.get(n)
