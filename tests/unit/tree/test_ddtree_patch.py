@@ -72,6 +72,16 @@ def series_texts(rels, exclude=()):
         wheel.close()
 
 
+def load_text(text, directory, name):
+    """Import `text` (a file of the patched tree, from series_texts) as module `name`, written into `directory`."""
+    path = Path(directory) / f"{name}.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory):
     sglang_wheel = pytest.importorskip("sglang_wheel")

@@ -12,7 +12,6 @@ SM 9.0, which the interpreter does not check (loop-carried types, scalar casts).
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 import textwrap
@@ -27,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[2] / "bench" / "gpu" / "fp32_shim"))
 import fp32_gdn as ref
-from test_ddtree_patch import series_texts
+from test_ddtree_patch import load_text, series_texts
 from triton_sm90 import compile_in_child
 
 REL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
@@ -44,11 +43,7 @@ def text():
 
 
 def load(text, tmp_path, name, paths):
-    path = tmp_path / f"{name}.py"
-    path.write_text(text, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_text(text, tmp_path, name)
     mod._TREE_PATHS = paths  # what SGLANG_GDN_TREE_PATHS=1 sets when the module loads
     return mod
 

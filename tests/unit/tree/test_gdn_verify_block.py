@@ -10,7 +10,6 @@ same numbers is the kernel's own structure (each value column of the state on it
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ torch = pytest.importorskip("torch", reason="CPU torch is not installed: scripts
 pytest.importorskip("triton", reason="triton is not installed: it is in the lock's dev group (uv sync)")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_ddtree_patch import series_texts
+from test_ddtree_patch import load_text, series_texts
 
 REL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
 PATCH = "0108-gdn-verify-block.patch"
@@ -48,11 +47,7 @@ class Recorder:
 
 
 def load(text, tmp_path, name):
-    path = tmp_path / f"{name}.py"
-    path.write_text(text, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_text(text, tmp_path, name)
     mod.fused_sigmoid_gating_delta_rule_update_kernel = Recorder()
     return mod
 
