@@ -40,11 +40,11 @@ for sub in ("tests", "tests/unit", "tests/unit/tree", "module_utils", "bench"):
 from ddtree_cpu_overhead import Kernels  # views excluded, host reads apart
 from test_ddtree_verify import hybrid_commit, patched_modules, run_step, series_files
 
-# "before" leaves out everything after 0103 (0106, which puts the draft head and the oracles into graphs
-# and turns the walk graph on by default, and 0107, whose build kernel needs Triton on a GPU, change
-# none of the counted parts)
+# "before" leaves out everything after 0103 that touches the worker (0106, which puts the draft head and the
+# oracles into graphs and turns the walk graph on by default, 0107, whose build kernel needs Triton on a GPU,
+# and 0110, off by default, change none of the counted parts)
 NEW = ("0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch", "0106-ddtree-head-graph.patch",
-       "0107-ddtree-build-kernel.patch")
+       "0107-ddtree-build-kernel.patch", "0110-ddtree-conv-parents.patch")
 PROMPTS = [[5, 6, 7], [9, 9, 2, 4, 1]]
 PRIOR = [[11], [3, 8]]
 VOCAB_ROWS = 151936  # Qwen3 / Qwen3.5 vocabulary: what the per-step arange covered

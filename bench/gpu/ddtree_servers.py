@@ -25,7 +25,8 @@ HTTP_ERRORS = (OSError, ValueError, http.client.HTTPException)
 # the walk graph (0105/0106), the build kernel (0107), the GDN verify's value block (0108), the GDN tree verify
 # node by node (0109). Unset: each server keeps the series' default.
 PASSED_ENV = {"DDTREE_WALK_GRAPH": "SGLANG_DDTREE_WALK_GRAPH", "DDTREE_BUILD_KERNEL": "SGLANG_DDTREE_BUILD_KERNEL",
-              "DDTREE_GDN_VERIFY_BLOCK_V": "SGLANG_GDN_VERIFY_BLOCK_V", "DDTREE_GDN_TREE_PATHS": "SGLANG_GDN_TREE_PATHS"}  # fmt: skip
+              "DDTREE_GDN_VERIFY_BLOCK_V": "SGLANG_GDN_VERIFY_BLOCK_V", "DDTREE_GDN_TREE_PATHS": "SGLANG_GDN_TREE_PATHS",
+              "DDTREE_CONV_PARENTS": "SGLANG_DDTREE_CONV_PARENTS", "DDTREE_CONV_BLOCK_N": "SGLANG_DDTREE_CONV_BLOCK_N"}  # fmt: skip
 
 
 def passed_env(environ=None, skip=()):

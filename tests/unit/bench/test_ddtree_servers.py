@@ -80,9 +80,11 @@ def test_the_step_time_is_the_median_whole_step_and_its_ratio_is_dflash_over_the
 
 def test_the_series_switches_set_for_a_run_reach_the_servers_and_nothing_else_does():
     env = {"DDTREE_GDN_TREE_PATHS": "1", "DDTREE_GDN_VERIFY_BLOCK_V": "32", "DDTREE_BUILD_KERNEL": "0",
-           "DDTREE_WALK_GRAPH": "", "PATH": "/bin", "SGLANG_DDTREE_ORACLE": "x"}  # fmt: skip
+           "DDTREE_WALK_GRAPH": "", "PATH": "/bin", "SGLANG_DDTREE_ORACLE": "x", "DDTREE_CONV_PARENTS": "1",
+           "DDTREE_CONV_BLOCK_N": "128"}  # fmt: skip
     assert S.passed_env(env) == {"SGLANG_GDN_TREE_PATHS": "1", "SGLANG_GDN_VERIFY_BLOCK_V": "32",
-                                 "SGLANG_DDTREE_BUILD_KERNEL": "0"}  # fmt: skip
+                                 "SGLANG_DDTREE_BUILD_KERNEL": "0", "SGLANG_DDTREE_CONV_PARENTS": "1",
+                                 "SGLANG_DDTREE_CONV_BLOCK_N": "128"}  # fmt: skip
     env["DDTREE_WALK_GRAPH"] = "0"
     assert S.passed_env(env)["SGLANG_DDTREE_WALK_GRAPH"] == "0"
     assert "SGLANG_DDTREE_WALK_GRAPH" not in S.passed_env(env, skip=("DDTREE_WALK_GRAPH",))

@@ -44,7 +44,7 @@ DDTREE_FILES = [
 DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-ddtree-hybrid.patch",
                   "0104-ddtree-step-launches.patch", "0105-ddtree-step-graphs.patch",
                   "0106-ddtree-head-graph.patch", "0107-ddtree-build-kernel.patch", "0108-gdn-verify-block.patch",
-                  "0109-gdn-tree-paths.patch")  # fmt: skip
+                  "0109-gdn-tree-paths.patch", "0110-ddtree-conv-parents.patch")  # fmt: skip
 
 
 def ddtree_series(patch_dir):

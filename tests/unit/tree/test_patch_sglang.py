@@ -115,6 +115,7 @@ def test_the_series_applies_cleanly_to_the_pinned_wheel(built, series):
         "0107-ddtree-build-kernel.patch",
         "0108-gdn-verify-block.patch",
         "0109-gdn-tree-paths.patch",
+        "0110-ddtree-conv-parents.patch",
     ]
     assert m["sglang_version"] == "0.5.11"
     assert m["wheel"]["sha256"] == pinned_sha256()
