@@ -8,7 +8,7 @@
            at the bench hybrid's conv channels (6144: 16 key heads x 128 x 2 + 16 value heads x 128) and
            Qwen3.6-27B's (10240: 48 value heads), conv width 4, batch 1 and 4, 16 and 32 tokens, bf16:
            the wheel's chain verify (DFLASH's and shadow-linear's call: no links), the wheel's tree path (links)
-           and 0110's kernel at each --blocks channel block, on DDTREE-like random trees. Every launch is timed
+           and 0110's kernel at each --blocks channel block (and --warps), on DDTREE-like random trees. Every launch is timed
            inside a CUDA graph (gdn_chain_check.graph_times); 0110's outputs, cached windows and rolled conv
            state are compared bit for bit with the wheel's tree path. One layer's cost: the bench hybrid has 18
            such layers a verify step.
@@ -105,7 +105,7 @@ COMMON = ("weight", "bias", "activation", "conv_state", "conv_state_indices", "i
           "intermediate_state_indices")  # fmt: skip
 
 
-def calls(mod, case, blocks):
+def calls(mod, case, blocks, warps=(4,)):
     """label -> (function, kwargs) of each variant on its own copy of the inputs."""
     import torch
 
@@ -121,12 +121,14 @@ def calls(mod, case, blocks):
                                                        retrieve_parent_token=torch.empty_like(case["next"]))),
     }  # fmt: skip
     for block in blocks:
-        out[f"parents{block}"] = (mod.causal_conv1d_update_tree_parents,
-                                  fresh(retrieve_parent_token=case["parents"], block_n=block))  # fmt: skip
+        for nw in warps:
+            label = f"parents{block}" + ("" if nw == 4 else f"w{nw}")
+            out[label] = (mod.causal_conv1d_update_tree_parents,
+                          fresh(retrieve_parent_token=case["parents"], block_n=block, num_warps=nw))  # fmt: skip
     return out
 
 
-def sweep(src, out_path, blocks, dims, repeats, iters, device="cuda"):
+def sweep(src, out_path, blocks, dims, repeats, iters, device="cuda", warps=(4,)):
     import torch
 
     mod = load(os.path.join(src, "patched.py"), "conv_patched")
@@ -140,7 +142,8 @@ def sweep(src, out_path, blocks, dims, repeats, iters, device="cuda"):
                 row = {"dim": dim, "batch": batch, "tokens": steps,
                        "depth": max(depth(parents, j) for j in range(steps))}  # fmt: skip
                 results = {}
-                for label, (fn, args) in calls(mod, case, blocks).items():
+                variants = calls(mod, case, blocks, warps)
+                for label, (fn, args) in variants.items():
                     o = fn(**args)
                     results[label] = (o.clone(), args["intermediate_conv_window"].clone(), args["conv_state"].clone())
                     if device == "cuda":
@@ -149,14 +152,15 @@ def sweep(src, out_path, blocks, dims, repeats, iters, device="cuda"):
                         row[f"{label}_us"] = round(statistics.median(times), 2)
                         row[f"{label}_us_range"] = [round(min(times), 2), round(max(times), 2)]
                 want = results["wheel_tree"]
-                for block in blocks:
-                    got = results[f"parents{block}"]
-                    row[f"parents{block}_identical"] = all(torch.equal(a, b) for a, b in zip(got, want))
+                for label in variants:
+                    if label.startswith("parents"):
+                        got = results[label]
+                        row[f"{label}_identical"] = {name: bool(torch.equal(a, b)) for name, a, b in zip(("out", "windows", "state"), got, want)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    ok = all(v for r in rows for k, v in r.items() if k.endswith("_identical"))
+    ok = all(all(v.values()) for r in rows for k, v in r.items() if k.endswith("_identical"))
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else device, "torch": torch.__version__,
-              "blocks": list(blocks), "rows": rows, "verdict": "PASS" if ok else "FAIL"}  # fmt: skip
+              "blocks": list(blocks), "warps": list(warps), "rows": rows, "verdict": "PASS" if ok else "FAIL"}  # fmt: skip
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as fh:
         json.dump(result, fh, indent=1)
@@ -184,6 +188,7 @@ def main(argv=None):
     w.add_argument("--repeats", type=int, default=5)
     w.add_argument("--iters", type=int, default=200)
     w.add_argument("--device", default="cuda")
+    w.add_argument("--warps", default="4", help="num_warps of 0110's kernel, comma separated")
     args = ap.parse_args(argv)
     start = time.time()
     if args.cmd == "prepare":
@@ -191,7 +196,8 @@ def main(argv=None):
         rc = 0
     else:
         ints = lambda text: [int(v) for v in text.split(",") if v]
-        rc = sweep(args.src, args.out, ints(args.blocks), ints(args.dims), args.repeats, args.iters, args.device)
+        rc = sweep(args.src, args.out, ints(args.blocks), ints(args.dims), args.repeats, args.iters, args.device,
+                   ints(args.warps))
     print(f"done in {time.time() - start:.1f} s")
     return rc
 

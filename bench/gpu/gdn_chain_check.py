@@ -110,6 +110,8 @@ def run(src, out_path, repeats, iters, device="cuda", heads=16, dim=128):
 
     up = load(os.path.join(src, "upstream.py"), "gdn_upstream")
     pa = load(os.path.join(src, "patched.py"), "gdn_patched")
+    if hasattr(pa, "_TREE_PATHS"):  # the serial kernel (0108's launch): 0109's tree kernel is `sweep`'s
+        pa._TREE_PATHS = "0"
     rng = random.Random(0)
     rows = []
     for steps in (16, 32):
@@ -159,8 +161,8 @@ def sweep(src, out_path, caps, repeats, iters, device="cuda", shapes=((16, 16), 
             fh.write(with_bv_cap(text, cap))
         mods[f"bv{cap}"] = load(path, f"gdn_bv{cap}")
     patched = load(os.path.join(src, "patched.py"), "gdn_paths")
-    if hasattr(patched, "_TREE_PATHS"):  # patch 0109: the tree verify node by node (tree rows only)
-        patched._TREE_PATHS = True
+    if hasattr(patched, "_TREE_PATHS"):  # patch 0109: the tree verify node by node (tree rows only), forced on
+        patched._TREE_PATHS = "1"
         mods["paths"] = patched
     rng = random.Random(0)
     rows = []

@@ -1,4 +1,4 @@
-"""Patch 0109: the GDN tree verify node by node (fused_gdn_tree_paths_kernel, SGLANG_GDN_TREE_PATHS=1).
+"""Patch 0109: the GDN tree verify node by node (fused_gdn_tree_paths_kernel, SGLANG_GDN_TREE_PATHS=auto|1|0).
 
 The patched fla/fused_sigmoid_gating_recurrent.py runs here under Triton's CPU interpreter (tests/conftest.py
 sets TRITON_INTERPRET=1) on small tree verifies: random trees (chains, branches, stars), requests of
@@ -44,7 +44,7 @@ def text():
 
 def load(text, tmp_path, name, paths):
     mod = load_text(text, tmp_path, name)
-    mod._TREE_PATHS = paths  # what SGLANG_GDN_TREE_PATHS=1 sets when the module loads
+    mod._TREE_PATHS = {True: "1", False: "0"}.get(paths, paths)  # what SGLANG_GDN_TREE_PATHS sets at load
     return mod
 
 
@@ -156,6 +156,22 @@ def test_the_switch_and_the_call_choose_the_kernel(text, tmp_path):
     paths_mod.fused_gdn_tree_paths_kernel = Recorder()
     run(paths_mod, case)
     assert paths_mod.fused_gdn_tree_paths_kernel.grids == [(1, 8, 2 * HV)]
+
+
+def test_auto_takes_the_tree_kernel_for_few_request_head_pairs(text, tmp_path, monkeypatch):
+    """auto (the default): node by node when requests x value heads <= SGLANG_GDN_TREE_PATHS_MAX_HEADS."""
+    mod = load_text(text, tmp_path, "gdn_auto_default")
+    assert (mod._TREE_PATHS, mod._TREE_PATHS_MAX_HEADS) == ("auto", 48)
+    assert mod._tree_paths_for(1, 48) and mod._tree_paths_for(3, 16) and not mod._tree_paths_for(4, 16)
+    for requests, want in ((2, "paths"), (3, "serial")):  # HV = 2: 4 pairs <= 4, 6 > 4
+        mod = load(text, tmp_path, f"gdn_auto_{requests}", paths="auto")
+        mod._TREE_PATHS_MAX_HEADS = 4
+        mod.fused_gdn_tree_paths_kernel, mod.fused_sigmoid_gating_delta_rule_update_kernel = Recorder(), Recorder()
+        run(mod, verify_case(5, ("random",) * requests, 8))
+        assert ("paths" if mod.fused_gdn_tree_paths_kernel.grids else "serial") == want, requests
+    monkeypatch.setenv("SGLANG_GDN_TREE_PATHS", "yes")
+    with pytest.raises(ValueError, match="SGLANG_GDN_TREE_PATHS must be 0, 1 or auto"):
+        load_text(text, tmp_path, "gdn_auto_bad")
 
 
 COMPILE = textwrap.dedent("""
