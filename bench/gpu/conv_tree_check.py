@@ -28,33 +28,19 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gdn_chain_check import graph_times, load
+from gdn_chain_check import graph_times, load, wheel_and_series
 
-REPO = os.path.dirname(os.path.dirname(HERE))
 REL = "sglang/srt/layers/attention/mamba/causal_conv1d_triton.py"
 
 
 def prepare(out):
-    sys.path.insert(0, os.path.join(REPO, "module_utils"))
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    import dflash_tree.diff
-    import dflash_tree.series
-    import dflash_tree.wheel
-    import sglang_wheel
-
-    wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
-    try:
-        patches = dflash_tree.series.read_series_dir(str(sglang_wheel.PATCH_DIR))
-        contents, _, _ = dflash_tree.diff.apply_series(wheel.read, patches)
-    finally:
-        wheel.close()
-    text = contents.get(REL)
+    _, text, count = wheel_and_series(REL)
     if text is None or b"causal_conv1d_update_tree_parents" not in text:
         raise SystemExit(f"the series does not patch {REL} with causal_conv1d_update_tree_parents (patch 0110)")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "patched.py"), "wb") as fh:
         fh.write(text)
-    print(f"wrote {out}/patched.py ({len(patches)} patches applied)")
+    print(f"wrote {out}/patched.py ({count} patches applied)")
 
 
 def ddtree_like(steps, rng):

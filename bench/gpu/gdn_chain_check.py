@@ -41,7 +41,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 REL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
 
 
-def prepare(out):
+def wheel_and_series(rel):
+    """(the pinned wheel's bytes of `rel`, its bytes after the committed series or None where the series leaves
+    it alone, the number of patches applied)."""
     sys.path.insert(0, os.path.join(REPO, "module_utils"))
     sys.path.insert(0, os.path.join(REPO, "tests"))
     import dflash_tree.diff
@@ -53,15 +55,19 @@ def prepare(out):
     try:
         patches = dflash_tree.series.read_series_dir(str(sglang_wheel.PATCH_DIR))
         contents, _, _ = dflash_tree.diff.apply_series(wheel.read, patches)
-        upstream = wheel.read(REL)
+        return wheel.read(rel), contents.get(rel), len(patches)
     finally:
         wheel.close()
+
+
+def prepare(out):
+    upstream, patched, count = wheel_and_series(REL)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "upstream.py"), "wb") as fh:
         fh.write(upstream)
     with open(os.path.join(out, "patched.py"), "wb") as fh:
-        fh.write(contents.get(REL) or upstream)  # the wheel's own text where the series leaves it alone
-    print(f"wrote {out}/upstream.py and {out}/patched.py ({len(patches)} patches applied)")
+        fh.write(patched or upstream)  # the wheel's own text where the series leaves it alone
+    print(f"wrote {out}/upstream.py and {out}/patched.py ({count} patches applied)")
 
 
 def load(path, name):

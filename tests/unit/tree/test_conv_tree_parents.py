@@ -25,6 +25,8 @@ triton = pytest.importorskip("triton", reason="triton is not installed: it is in
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[2] / "bench" / "gpu"))
+from conv_tree_check import links  # first child / next sibling per slot, as DDTREE hands them to sglang
 from test_ddtree_patch import load_text, series_texts
 from triton_sm90 import compile_in_child
 
@@ -53,21 +55,6 @@ def tree(kind, nodes, width, rng):
     for j in range(1, nodes):
         parents[j] = {"chain": j - 1, "star": 0}.get(kind, j - 1 if rng.random() < 0.4 else rng.randrange(j))
     return parents
-
-
-def links(parents):
-    """First child / next sibling per slot (-1 none), as DDTREE hands them to sglang (ddtree_hybrid)."""
-    width = len(parents)
-    nxt, sib = [-1] * width, [-1] * width
-    for j in range(width):
-        p = parents[j]
-        if p < 0:
-            continue
-        if nxt[p] < 0:
-            nxt[p] = j
-        later = [s for s in range(j + 1, width) if parents[s] == p]
-        sib[j] = later[0] if later else -1
-    return nxt, sib
 
 
 def case(seed, kinds, width, nodes=None, conv_width=4, dim=40, bias=True, act="silu", indices=None, dtype=torch.float32):
