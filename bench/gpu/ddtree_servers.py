@@ -23,7 +23,8 @@ import urllib.request
 HTTP_ERRORS = (OSError, ValueError, http.client.HTTPException)
 # The series' switches, set for a run in the harness's environment and handed to the servers it starts:
 # the walk graph (0105/0106), the build kernel (0107), the GDN verify's value block (0108), the GDN tree verify
-# node by node (0109). Unset: each server keeps the series' default.
+# node by node (0109), the conv update from the given parents and its block (0110). Unset: each server keeps the
+# series' default.
 PASSED_ENV = {"DDTREE_WALK_GRAPH": "SGLANG_DDTREE_WALK_GRAPH", "DDTREE_BUILD_KERNEL": "SGLANG_DDTREE_BUILD_KERNEL",
               "DDTREE_GDN_VERIFY_BLOCK_V": "SGLANG_GDN_VERIFY_BLOCK_V", "DDTREE_GDN_TREE_PATHS": "SGLANG_GDN_TREE_PATHS",
               "DDTREE_CONV_PARENTS": "SGLANG_DDTREE_CONV_PARENTS", "DDTREE_CONV_BLOCK_N": "SGLANG_DDTREE_CONV_BLOCK_N"}  # fmt: skip
