@@ -16,7 +16,8 @@
            linear block, and each phase of the step (SGLANG_DFLASH_STEP_TIMING), then the same phases
            at matched acceptance (what grows with the tokens committed a step); (2) tok/s at matched
            acceptance (oracle ranks all 0: every config accepts the same drafts per step), DFLASH vs
-           DDTREE b15 and b31, REPEATS rounds interleaved so the spread is visible; (3) the right token
+           DDTREE b15 and b31, REPEATS rounds, each interleaving the servers prompt by prompt (their order
+           rotated every round), so the spread is visible; (3) the right token
            on a non-first branch (ranks [0, 1, 0, ...]): DFLASH vs b15 and b31. Greedy ids are compared
            with the reference in every measurement. summary.json / summary.md are written after each
            phase, so a cut-short run still reports.
@@ -229,6 +230,42 @@ def timing_lines(srv):
 START_NEEDS_S = 150  # a server's start on a fresh H200 machine, graphs captured (records: 40-150 s)
 
 
+def interleaved_rounds(servers, n_prompts, rounds, one, ok):
+    """rows[server name]: one entry per round, {tok_s, accept_length, identical} over the round's prompts, or
+    {error}. A round runs prompt 0 on every server, then prompt 1, and so on, the servers in an order rotated by
+    one each round: the two sides of a ratio are measured seconds apart, not a whole server's turn apart (the
+    H200's rounds swing by up to 30% between slow and fast spells, 2026-12-03-ddtree-paths). one(srv, k) ->
+    {tokens, secs, accept_length, identical} measures prompt k; ok(srv) says whether to go on with a server (up,
+    time left). A server's round that did not finish all prompts is left out."""
+    rows = {}
+    for r in range(rounds):
+        live = [s for s in servers if ok(s)]
+        if not live:
+            break
+        live = live[r % len(live) :] + live[: r % len(live)]
+        parts, errors = {s.name: [] for s in live}, {}
+        for k in range(n_prompts):
+            for srv in live:
+                if srv.name in errors or not ok(srv):
+                    continue
+                try:
+                    parts[srv.name].append(one(srv, k))
+                except HTTP_ERRORS as e:
+                    errors[srv.name] = f"{type(e).__name__}: {e}"
+        for srv in sorted(live, key=servers.index):
+            got = parts[srv.name]
+            if srv.name in errors:
+                rows.setdefault(srv.name, []).append({"round": r, "error": errors[srv.name]})
+            elif len(got) == n_prompts:
+                secs = sum(p["secs"] for p in got)
+                acc = [p["accept_length"] for p in got if p["accept_length"]]
+                rows.setdefault(srv.name, []).append(
+                    {"round": r, "tok_s": round(sum(p["tokens"] for p in got) / secs, 1) if secs else None,
+                     "accept_length": round(statistics.mean(acc), 3) if acc else None,
+                     "identical": all(p["identical"] for p in got)})  # fmt: skip
+    return rows
+
+
 def run(args):
     t_begin = time.time()
     deadline = t_begin + args.deadline_s
@@ -313,31 +350,20 @@ def run(args):
                 res[key] = timing
                 save()
 
-            # (2) matched acceptance, (3) non-first branch: rounds interleaved, both sides in one run
-            def measure(srv, ranks, topk, oracle=oracle, reference=reference, ref_ids=ref_ids):
-                write_oracle(oracle, reference, ranks, topk)
-                srv.generate(PROMPTS[2], 16)
-                tokens, secs, acc, same = 0, 0.0, [], True
-                for k in range(len(PROMPTS)):
-                    o, dt = srv.generate(PROMPTS[k], NEW_TOKENS)
-                    tokens += len(o.get("output_ids") or [])
-                    secs += dt
-                    acc.append((o.get("meta_info") or {}).get("spec_accept_length"))
-                    same &= o.get("output_ids") == ref_ids[k]
-                return {"tok_s": round(tokens / secs, 1) if secs else None,
-                        "accept_length": round(statistics.mean(a for a in acc if a), 3) if any(acc) else None,
-                        "identical": same}  # fmt: skip
+            # (2) matched acceptance, (3) non-first branch: rounds interleaved prompt by prompt, both sides in
+            # one run
+            def measure_one(srv, k, ranks, oracle=oracle, reference=reference, ref_ids=ref_ids):
+                write_oracle(oracle, reference, ranks, None if srv.budget is None else 8)
+                srv.generate(PROMPTS[2], 16)  # the servers re-read the oracle file once it changed: not timed
+                o, dt = srv.generate(PROMPTS[k], NEW_TOKENS)
+                return {"tokens": len(o.get("output_ids") or []), "secs": dt,
+                        "accept_length": (o.get("meta_info") or {}).get("spec_accept_length"),
+                        "identical": o.get("output_ids") == ref_ids[k]}  # fmt: skip
 
             for label, ranks, rounds in (("matched", RANKS_MATCH, REPEATS), ("branch", RANKS_BRANCH, max(1, REPEATS - 1))):
-                rows = {}
-                for r in range(rounds):
-                    for srv in (dflash, t15, t31, *extra):
-                        if not up(srv) or time.time() > deadline - 25:
-                            continue
-                        try:
-                            rows.setdefault(srv.name, []).append(measure(srv, ranks, None if srv.budget is None else 8))
-                        except HTTP_ERRORS as e:
-                            rows.setdefault(srv.name, []).append({"error": f"{type(e).__name__}: {e}"})
+                rows = interleaved_rounds([dflash, t15, t31, *extra], len(PROMPTS), rounds,
+                                          lambda srv, k, ranks=ranks: measure_one(srv, k, ranks),
+                                          lambda srv: up(srv) and time.time() <= deadline - 25)  # fmt: skip
                 table = {}
                 for name, runs in rows.items():
                     srv = next(s for s in per[m] if s.name == name)
@@ -348,13 +374,13 @@ def run(args):
                                    "expected_accept_drafts": du.expected_accept_len(ranks, du.DEFAULT_ORACLE_PROFILE,
                                                                                     srv.budget, 8, srv.depth_count)
                                    if srv.budget else linear_expected(ranks)}  # fmt: skip
-                # per round (both sides measured back to back): the ratio to DFLASH, and its spread
-                dv = [x.get("tok_s") for x in rows.get(dflash.name, [])]
+                # per round (both sides interleaved prompt by prompt): the ratio to DFLASH, and its spread
+                dv = {x["round"]: x.get("tok_s") for x in rows.get(dflash.name, [])}
                 for name, row in table.items():
                     if name == dflash.name:
                         continue
-                    ratios = [round(t["tok_s"] / d, 3) for t, d in zip(rows[name], dv, strict=False)
-                              if t.get("tok_s") and d]  # fmt: skip
+                    ratios = [round(t["tok_s"] / dv[t["round"]], 3) for t in rows[name]
+                              if t.get("tok_s") and dv.get(t["round"])]  # fmt: skip
                     if ratios:
                         row["over_dflash_per_round"] = ratios
                         row["over_dflash"] = round(statistics.median(ratios), 3)

@@ -100,3 +100,34 @@ def test_the_e2e_servers_carry_the_gdn_switches(tmp_path, monkeypatch):
         assert srv.env["SGLANG_GDN_TREE_PATHS"] == "1", srv.name
         # the walk switch stays the e2e's own (DDTREE servers only)
         assert srv.env.get("SGLANG_DDTREE_WALK_GRAPH") == (None if "dflash" in srv.name else "0"), srv.name
+
+
+def test_rounds_interleave_the_servers_prompt_by_prompt_rotating_their_order():
+    import ddtree_e2e as E
+
+    class Srv:
+        def __init__(self, name):
+            self.name = name
+
+    servers = [Srv("dflash"), Srv("t15"), Srv("t31")]
+    calls = []
+
+    def one(srv, k):
+        calls.append((srv.name, k))
+        if srv.name == "t31" and len(calls) > 20:  # t31 fails in round 2 (its 21st+ call overall)
+            raise OSError("gone")
+        return {"tokens": 100, "secs": 0.1 if srv.name == "dflash" else 0.2, "accept_length": 4.0, "identical": True}
+
+    rows = E.interleaved_rounds(servers, 3, 3, one, lambda srv: True)
+    # round 0: prompt 0 on dflash, t15, t31, then prompt 1 ...; round 1 starts with t15, round 2 with t31
+    assert calls[:6] == [("dflash", 0), ("t15", 0), ("t31", 0), ("dflash", 1), ("t15", 1), ("t31", 1)]
+    assert calls[9:12] == [("t15", 0), ("t31", 0), ("dflash", 0)]
+    assert calls[18:21] == [("t31", 0), ("dflash", 0), ("t15", 0)]
+    assert [r["tok_s"] for r in rows["dflash"]] == [1000.0] * 3 and [r["tok_s"] for r in rows["t15"]] == [500.0] * 3
+    assert [r["round"] for r in rows["t31"]] == [0, 1, 2] and rows["t31"][2] == {"round": 2, "error": "OSError: gone"}
+    assert all(r["accept_length"] == 4.0 and r["identical"] for r in rows["dflash"])
+    # a server that stops being ok mid-round (deadline) leaves that round out, the others keep theirs
+    calls.clear()
+    rows = E.interleaved_rounds(servers[:2], 3, 2, one, lambda srv: srv.name == "dflash" or len(calls) < 8)
+    assert calls[6:] == [("t15", 0), ("dflash", 0), ("dflash", 1), ("dflash", 2)]
+    assert [r["round"] for r in rows["dflash"]] == [0, 1] and [r["round"] for r in rows["t15"]] == [0]
