@@ -158,14 +158,22 @@ def test_the_switch_and_the_call_choose_the_kernel(text, tmp_path):
     assert paths_mod.fused_gdn_tree_paths_kernel.grids == [(1, 8, 2 * HV)]
 
 
-def test_auto_takes_the_tree_kernel_for_few_request_head_pairs(text, tmp_path, monkeypatch):
-    """auto (the default): node by node when requests x value heads <= SGLANG_GDN_TREE_PATHS_MAX_HEADS."""
+# the H200's per-layer times (us) of record 2026-12-03-ddtree-paths, call 1: (requests x value heads, tokens) ->
+# (the wheel's kernel at 0108's block, 0109's)
+H200 = {(16, 16): (24.0, 18.7), (16, 32): (50.7, 26.0), (64, 16): (38.7, 55.4), (64, 32): (77.1, 103.3),
+        (48, 16): (35.6, 47.0), (48, 32): (68.9, 61.4), (192, 16): (76.3, 141.6), (192, 32): (152.6, 269.6)}  # fmt: skip
+
+
+def test_auto_takes_the_tree_kernel_where_it_won_on_the_h200(text, tmp_path, monkeypatch):
+    """auto (the default): node by node when requests x value heads <= 1.5 x verify tokens, which is where 0109
+    was faster in every measured row."""
     mod = load_text(text, tmp_path, "gdn_auto_default")
-    assert (mod._TREE_PATHS, mod._TREE_PATHS_MAX_HEADS) == ("auto", 48)
-    assert mod._tree_paths_for(1, 48) and mod._tree_paths_for(3, 16) and not mod._tree_paths_for(4, 16)
-    for requests, want in ((2, "paths"), (3, "serial")):  # HV = 2: 4 pairs <= 4, 6 > 4
+    assert (mod._TREE_PATHS, mod._TREE_PATHS_PAIRS_PER_TOKEN) == ("auto", 1.5)
+    for (pairs, tokens), (serial, paths) in H200.items():
+        assert mod._tree_paths_for(pairs, 1, tokens) == (paths < serial), (pairs, tokens)
+    for requests, want in ((2, "paths"), (3, "serial")):  # HV = 2, 8 tokens: 4 pairs <= 0.5 x 8, 6 > 4
         mod = load(text, tmp_path, f"gdn_auto_{requests}", paths="auto")
-        mod._TREE_PATHS_MAX_HEADS = 4
+        mod._TREE_PATHS_PAIRS_PER_TOKEN = 0.5
         mod.fused_gdn_tree_paths_kernel, mod.fused_sigmoid_gating_delta_rule_update_kernel = Recorder(), Recorder()
         run(mod, verify_case(5, ("random",) * requests, 8))
         assert ("paths" if mod.fused_gdn_tree_paths_kernel.grids else "serial") == want, requests
