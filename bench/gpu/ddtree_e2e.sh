@@ -18,8 +18,8 @@
 # DDTREE_GDN_VERIFY_BLOCK_V=4|8|16|32, DDTREE_GDN_TREE_PATHS=0|1|auto: passed to every server as SGLANG_GDN_* (the GDN
 # verify kernel's value block, patch 0108, default 16; the GDN tree verify node by node, patch 0109, default auto:
 # on when requests x value heads <= 1.5 x verify tokens).
-# DDTREE_CONV_PARENTS=0|1, DDTREE_CONV_BLOCK_N=16..256: passed to every server as SGLANG_DDTREE_CONV_* (DDTREE's
-# conv update from the tree's parents, patch 0110, default off; its channel block, default 64).
+# DDTREE_CONV_PARENTS=0|1|auto, DDTREE_CONV_BLOCK_N=16..256: passed to every server as SGLANG_DDTREE_CONV_* (DDTREE's
+# conv update from the tree's parents, patch 0110, default 0, auto: where batch x tokens <= 16; its channel block, 64).
 # Results: $OUT/ddtree/{summary.md,summary.json,tree.json,logs.tar.xz}.
 # CPU dry run (stand-in servers, ~30 s):
 #   DRYRUN=1 PY=.venv/bin/python SITE=<dir with the wheel's sglang/> WORK=/tmp/w OUT=/tmp/o bash bench/gpu/ddtree_e2e.sh

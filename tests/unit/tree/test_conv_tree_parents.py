@@ -195,18 +195,34 @@ def test_the_block_size_switch_is_checked_when_the_module_loads(texts, tmp_path,
     assert load_text(texts[REL], tmp_path, "conv_block_128").TREE_PARENTS_BLOCK_N == 128
 
 
+def test_the_switch_off_always_or_where_it_won_on_the_h200(texts, tmp_path, monkeypatch):
+    """SGLANG_DDTREE_CONV_PARENTS: 0 (default) never; 1 always; auto where the H200 sweep had it faster
+    (record 2026-12-03-ddtree-paths, call 7: batch x tokens <= 16); anything else refused at load."""
+    # (batch, tokens) -> faster than sglang's tree path on the H200 at both 6144 and 10240 channels
+    h200 = {(1, 16): True, (1, 32): False, (4, 16): False, (4, 32): False}
+    for mode, want in (("0", lambda b, t: False), ("1", lambda b, t: True), ("auto", lambda b, t: h200[(b, t)])):
+        monkeypatch.setenv("SGLANG_DDTREE_CONV_PARENTS", mode)
+        mod = load_text(texts[REL], tmp_path, f"conv_mode_{mode}")
+        assert all(mod.tree_parents_for(b, t) == want(b, t) for b, t in h200), mode
+    monkeypatch.delenv("SGLANG_DDTREE_CONV_PARENTS")
+    assert load_text(texts[REL], tmp_path, "conv_mode_default").TREE_PARENTS_MODE == "0"
+    monkeypatch.setenv("SGLANG_DDTREE_CONV_PARENTS", "yes")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_CONV_PARENTS must be 0, 1 or auto"):
+        load_text(texts[REL], tmp_path, "conv_mode_bad")
+
+
 def test_the_switch_wires_worker_metadata_and_dispatch(texts):
     """What SGLANG_DDTREE_CONV_PARENTS=1 changes, read from the patched sources (they need sglang to import)."""
     hybrid, gdn, worker = texts[HYBRID], texts[GDN], texts[WORKER]
     # the backend reads the switch only for DDTREE tree mode, and is off otherwise
     assert 'self.conv_tree_parents = False' in hybrid
     tree_block = hybrid.split('speculative_ddtree_mode", "tree") == "tree"', 1)[1].split("self.req_to_token_pool", 1)[0]
-    assert 'os.environ.get("SGLANG_DDTREE_CONV_PARENTS", "0") == "1"' in tree_block
+    assert 'self.conv_tree_parents = TREE_PARENTS_MODE != "0"' in tree_block
     # both metadata paths (eager and graph replay) fill retrieve_parent_token from the given parents
     assert hybrid.count("self._given_tree_parents(") == 2
     assert "self.retrieve_parent_token_list[bs - 1][:bs_without_pad].copy_(" in hybrid
     # the GDN verify dispatches on the switch and a tree verify
-    assert "if self.conv_tree_parents and retrieve_next_token is not None:" in gdn
+    assert "and retrieve_next_token is not None\n                and tree_parents_for(batch_size, draft_token_num)\n" in gdn
     assert "conv_update = causal_conv1d_update_tree_parents" in gdn
     # the worker hands over the array the wheel's kernel would derive (root and padding -> 0)
     assert "verify_input.tree_parent_token = tree.parents.clamp(min=0).to(torch.int32)" in worker
