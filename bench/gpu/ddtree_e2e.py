@@ -368,7 +368,7 @@ def run(args):
                 for name, runs in rows.items():
                     srv = next(s for s in per[m] if s.name == name)
                     vals = [x["tok_s"] for x in runs if x.get("tok_s")]
-                    table[name] = {"budget": srv.budget, "runs": runs, "tok_s_median": statistics.median(vals) if vals else None,
+                    table[name] = {"budget": srv.budget, "runs": runs, "tok_s_median": round(statistics.median(vals), 1) if vals else None,
                                    "tok_s_min": min(vals) if vals else None, "tok_s_max": max(vals) if vals else None,
                                    "identical": all(x.get("identical") for x in runs),
                                    "expected_accept_drafts": du.expected_accept_len(ranks, du.DEFAULT_ORACLE_PROFILE,
