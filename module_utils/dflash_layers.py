@@ -13,7 +13,8 @@ packages win, everything else is still found below it.
 Layer path: ``<prefix>/layers/<name>-<hash12>``, hash = sha256 over the normalised spec, the
 parent's hash (an existing venv's hash is its freeze, so a base upgraded under us changes every
 layer above it), the interpreter's implementation and major.minor and, when installing from the
-wheelhouse, the locked closure and the sha256 of every wheel installed. A layer is built in
+wheelhouse, the locked closure and the sha256 of every wheel installed (resolving on the host, the
+files its local find-links directories hold). A layer is built in
 ``<prefix>/layers/.tmp-<name>-<hash12>-<rand>``, its marker ``.dflash-layer.json`` written last,
 then renamed into place; only a directory holding a marker with the expected hash is trusted.
 """
@@ -226,15 +227,49 @@ def sha256_json(obj):
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+DIST_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz")
+
+
+def find_links_listing(spec):
+    """What the layer's local find-links directories hold: sorted ``<dir>/<file> <bytes>`` for every
+    distribution file in them (uv reads a find-links directory's own files, not its subdirectories),
+    ``<dir> missing`` for one that is not there; None when the layer names no local directory.
+
+    A layer resolved on the host from such a directory holds whatever versions the directory offers
+    for its unpinned dependencies: the listing goes into its address, so that a changed wheelhouse
+    (a newer uvicorn, say) is a new layer, not the old one reused under the same name. Remote
+    find-links and indexes cannot be listed: their layers are addressed by the spec alone."""
+    out, local = [], False
+    for entry in spec.get("find_links") or []:
+        path = str(entry)
+        if path.startswith("file://"):
+            path = path[len("file://"):]
+        elif "://" in path:
+            continue
+        local = True
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            out.append(f"{path} missing")
+            continue
+        for name in names:
+            full = os.path.join(path, name)
+            if name.endswith(DIST_SUFFIXES) and os.path.isfile(full):
+                out.append(f"{path}/{name} {os.path.getsize(full)}")
+    return out if local else None
+
+
 def layer_hash(spec, parent_hash=None, interpreter=None, wheel_sha256s=None, existing_freeze=None,
-               closure=None):
+               closure=None, find_links=None):
     """sha256 over the normalised spec + parent's hash + interpreter (implementation, major.minor)
-    + installed wheel sha256s and the locked closure (wheelhouse mode) + the freeze of an existing venv."""
+    + installed wheel sha256s and the locked closure (wheelhouse mode) + the freeze of an existing venv
+    + what the local find-links directories hold (``find_links_listing``; left out of the hash when
+    None, so that layers without one keep their addresses)."""
     interp = None
     if interpreter:
         interp = {"implementation": interpreter.get("implementation"),
                   "version": ".".join(str(interpreter.get("version", "")).split(".")[:2])}
-    return sha256_json({
+    fields = {
         "format": FORMAT,
         "spec": spec,
         "parent_hash": parent_hash,
@@ -242,7 +277,10 @@ def layer_hash(spec, parent_hash=None, interpreter=None, wheel_sha256s=None, exi
         "wheels": sorted(wheel_sha256s) if wheel_sha256s is not None else None,
         "closure": sorted(closure) if closure is not None else None,
         "existing": sorted(existing_freeze) if existing_freeze is not None else None,
-    })
+    }
+    if find_links is not None:
+        fields["find_links"] = sorted(find_links)
+    return sha256_json(fields)
 
 
 def layer_dirname(name, digest):
@@ -483,7 +521,11 @@ class LayerBuilder:
                     closure = sorted(f"{w['name']}=={w['version']}@{w.get('source', 'layer')}" for w in lock)
                     item["wheel_files"] = [os.path.join(wheelhouse, w["filename"]) for w in own]
                     item["lock"] = lock
-                digest = layer_hash(spec, parent["hash"] if parent else None, interp, wheels, closure=closure)
+                # installing the controller's locked files, the lock is the content; resolving on the
+                # host, what its find-links directories offer is
+                listing = find_links_listing(spec) if lock is None else None
+                digest = layer_hash(spec, parent["hash"] if parent else None, interp, wheels, closure=closure,
+                                    find_links=listing)
                 path = os.path.join(self.layers_dir, layer_dirname(spec["name"], digest))
                 marker = self.read_marker(path)
                 trusted = bool(marker and marker.get("hash") == digest

@@ -415,6 +415,57 @@ def test_build_reuse_rebuild_and_shadowing(tmp_path, wheels):
     assert run_py(new_overlay["python"], "import sys; print(sys.prefix)") == new_overlay["path"]
 
 
+def test_find_links_listing_names_what_a_local_directory_offers(tmp_path):
+    w = tmp_path / "wh"
+    w.mkdir()
+    make_wheel(w, "dfl-dep", "1.0")
+    (w / "dfl_src-1.0.tar.gz").write_bytes(b"x" * 7)
+    (w / "README").write_text("not a distribution")
+    (w / "sub").mkdir()
+    make_wheel(w / "sub", "dfl-deep", "1.0")  # uv does not look into subdirectories
+    wheel = w / "dfl_dep-1.0-py3-none-any.whl"
+    listing = L.find_links_listing({"find_links": [str(w), f"file://{w}", "https://example.invalid/simple",
+                                                   str(tmp_path / "gone")]})
+    assert listing == [f"{w}/dfl_dep-1.0-py3-none-any.whl {wheel.stat().st_size}", f"{w}/dfl_src-1.0.tar.gz 7"] * 2 + [
+        f"{tmp_path / 'gone'} missing"]
+    # nothing local to list: the spec alone addresses the layer, and the hash is the one it always was
+    assert L.find_links_listing({"find_links": ["https://example.invalid/simple"]}) is None
+    assert L.find_links_listing({"find_links": []}) is None
+    spec = L.normalise_layer({"name": "ov", "python": "python3.12", "requirements": ["a==1"]})
+    interp = {"implementation": "cpython", "version": "3.12.3"}
+    assert L.layer_hash(spec, None, interp) == L.layer_hash(spec, None, interp, find_links=None)
+    assert L.layer_hash(spec, None, interp, find_links=[]) != L.layer_hash(spec, None, interp)
+    assert (L.layer_hash(spec, None, interp, find_links=["/w/a.whl 1", "/w/b.whl 2"])
+            == L.layer_hash(spec, None, interp, find_links=["/w/b.whl 2", "/w/a.whl 1"]))
+
+
+@needs_uv
+def test_a_changed_find_links_directory_is_a_new_layer_not_the_old_one_reused(tmp_path):
+    """A layer resolved on the host takes its unpinned dependencies from what the directory offers:
+    a wheelhouse with a newer one must give a new layer (the H200's overlay once resolved uvicorn
+    0.55.0 where the same spec had given 0.54.0, under the same directory name)."""
+    w = tmp_path / "wh"
+    w.mkdir()
+    make_wheel(w, "dfl-dep", "1.0")
+    make_wheel(w, "dfl-top", "1.0", requires=["dfl-dep>=1.0"])
+    prefix, cache = tmp_path / "prefix", str(tmp_path / "uvcache")
+    layers = [{"name": "base", "python": sys.executable, "no_index": True, "find_links": [str(w)],
+               "requirements": ["dfl-top==1.0"]}]
+    items, changed, _ = L.LayerBuilder(str(prefix), UV, cache_dir=cache).ensure(layers)
+    first = L.layers_fact(items)[0]
+    assert changed and run_py(first["python"], "import dfl_dep; print(dfl_dep.__version__)") == "1.0"
+    items, changed, _ = L.LayerBuilder(str(prefix), UV, cache_dir=cache).ensure(layers)
+    assert not changed and items[0]["action"] == "reuse"  # the same directory: the same layer
+    make_wheel(w, "dfl-dep", "1.1")
+    plan = L.LayerBuilder(str(prefix), UV, cache_dir=cache, check_mode=True).plan(layers)
+    assert plan[0]["action"] == "build" and plan[0]["path"] != first["path"]
+    items, changed, _ = L.LayerBuilder(str(prefix), UV, cache_dir=cache).ensure(layers)
+    second = L.layers_fact(items)[0]
+    assert changed and second["path"] == plan[0]["path"]
+    assert run_py(second["python"], "import dfl_dep; print(dfl_dep.__version__)") == "1.1"
+    assert run_py(first["python"], "import dfl_dep; print(dfl_dep.__version__)") == "1.0"  # untouched
+
+
 @needs_uv
 def test_killed_build_is_never_trusted(tmp_path, wheels):
     prefix = tmp_path / "prefix"
