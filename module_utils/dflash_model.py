@@ -13,12 +13,40 @@ from __future__ import annotations
 import json
 
 # architectures whose linear-attention layers sglang 0.5.11 runs with the Gated DeltaNet backend
-# (GDNAttnBackend: its triton verify kernels follow retrieve_parent_token, i.e. a tree)
+# (GDNAttnBackend: its triton verify kernels follow retrieve_parent_token, i.e. a tree;
+# model_runner.hybrid_gdn_config)
 GATED_DELTANET_ARCHS = {
     "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM",
-    "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM",
+    "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM", "JetNemotronForCausalLM", "JetVLMForConditionalGeneration",
 }  # fmt: skip
-LINEAR_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gated_deltanet"}
+# ... with the Mamba2 backend (model_runner.mamba2_config; GraniteMoeHybrid only with "mamba" layers)
+MAMBA2_ARCHS = {
+    "NemotronHForCausalLM", "FalconH1ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM",
+    "Lfm2VlForConditionalGeneration", "NemotronH_Nano_VL_V2", "GraniteMoeHybridForCausalLM",
+}  # fmt: skip
+# ... with other linear attention (Kimi Delta Attention; Bailing's lightning attention)
+OTHER_LINEAR_ARCHS = {"KimiLinearForCausalLM": "kda", "BailingMoeV2_5ForCausalLM": "lightning"}
+# How sglang 0.5.11 lets a hybrid target keep its radix cache under speculative decoding
+# (server_args._handle_model_specific_adjustments -> _handle_mamba_radix_cache):
+#   extra_buffer  --mamba-scheduler-strategy extra_buffer keeps it (no_buffer refuses: ValueError at start)
+#   disable       extra_buffer is not supported there (asserted at start) and no_buffer refuses speculative
+#                 decoding with the radix cache (ValueError): --disable-radix-cache
+#   sglang        sglang turns the radix cache off itself ("not yet supported")
+# Qwen3.5's text-only classes are not in that function; they get their family's choice.
+RADIX_WITH_SPEC = {
+    "Qwen3NextForCausalLM": "extra_buffer", "Qwen3_5ForConditionalGeneration": "extra_buffer",
+    "Qwen3_5MoeForConditionalGeneration": "extra_buffer", "Qwen3_5ForCausalLM": "extra_buffer",
+    "Qwen3_5MoeForCausalLM": "extra_buffer",
+    "NemotronHForCausalLM": "disable", "FalconH1ForCausalLM": "disable", "JetNemotronForCausalLM": "disable",
+    "JetVLMForConditionalGeneration": "disable", "GraniteMoeHybridForCausalLM": "disable",
+    "Lfm2ForCausalLM": "disable",
+    "KimiLinearForCausalLM": "sglang", "BailingMoeV2_5ForCausalLM": "sglang",
+}  # fmt: skip
+# architectures on which sglang 0.5.11 asserts --attention-backend is not triton (their first layer
+# may not be an attention layer)
+NO_TRITON_ATTENTION_ARCHS = {"NemotronHForCausalLM", "Lfm2ForCausalLM"}
+# layer_types values of linear layers ("conv": LFM2's short-convolution layers)
+LINEAR_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gated_deltanet", "conv"}
 # sglang flags whose value "flashinfer" makes the Gated DeltaNet verify kernel FlashInfer's, which
 # refuses a tree (retrieve_parent_token must be None)
 LINEAR_BACKEND_FLAGS = ("--linear-attn-backend", "--linear-attn-decode-backend", "--linear-attn-prefill-backend")
@@ -26,9 +54,13 @@ LINEAR_BACKEND_FLAGS = ("--linear-attn-backend", "--linear-attn-decode-backend",
 
 def target_facts(config_text):
     """-> {architecture, model_type, hybrid, linear_attention, layers, linear_layers, full_attention_interval,
-    mamba_ssm_dtype, error}. The text config of a multimodal wrapper (text_config) is read too."""
+    mamba_ssm_dtype, radix_with_spec, error}. The text config of a multimodal wrapper (text_config, or
+    NemotronH-VL's llm_config) is read too. The layer pattern comes from ``layer_types``, NemotronH's
+    ``hybrid_override_pattern`` ("M" = Mamba2), Kimi-Linear's ``linear_attn_config.kda_layers`` or sglang's
+    ``full_attention_interval`` rule; ``radix_with_spec`` is RADIX_WITH_SPEC's entry (None when unknown)."""
     facts = {"architecture": None, "model_type": None, "hybrid": None, "linear_attention": None, "layers": None,
-             "linear_layers": None, "full_attention_interval": None, "mamba_ssm_dtype": None, "error": None}  # fmt: skip
+             "linear_layers": None, "full_attention_interval": None, "mamba_ssm_dtype": None,
+             "radix_with_spec": None, "error": None}  # fmt: skip
     try:
         cfg = json.loads(config_text)
     except ValueError as exc:
@@ -37,28 +69,54 @@ def target_facts(config_text):
     if not isinstance(cfg, dict):
         facts["error"] = "config.json is not a JSON object"
         return facts
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    text = cfg
+    for key in ("text_config", "llm_config"):
+        if isinstance(cfg.get(key), dict):
+            text = cfg[key]
+            break
     archs = cfg.get("architectures") or text.get("architectures") or []
-    facts["architecture"] = archs[0] if isinstance(archs, list) and archs else None
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    facts["architecture"] = arch
     facts["model_type"] = cfg.get("model_type")
     n = text.get("num_hidden_layers")
     facts["layers"] = n if isinstance(n, int) else None
     interval = text.get("full_attention_interval")
     facts["full_attention_interval"] = interval if isinstance(interval, int) else None
     facts["mamba_ssm_dtype"] = text.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_dtype")
+    facts["linear_layers"] = linear = _linear_layers(text, facts["layers"], facts["full_attention_interval"], arch)
+    if arch == "GraniteMoeHybridForCausalLM":  # sglang: a hybrid only with "mamba" layers
+        hybrid = bool(linear)
+    else:
+        hybrid = bool(linear) or arch in GATED_DELTANET_ARCHS or arch in MAMBA2_ARCHS or arch in OTHER_LINEAR_ARCHS
+    facts["hybrid"] = hybrid
+    if hybrid:
+        if arch in GATED_DELTANET_ARCHS or (arch not in MAMBA2_ARCHS and "linear_key_head_dim" in text):
+            facts["linear_attention"] = "gated_deltanet"
+        elif arch in MAMBA2_ARCHS:
+            facts["linear_attention"] = "mamba2"
+        else:
+            facts["linear_attention"] = OTHER_LINEAR_ARCHS.get(arch, "other")
+        facts["radix_with_spec"] = RADIX_WITH_SPEC.get(arch)
+    return facts
+
+
+def _linear_layers(text, layers, interval, arch):
+    """How many layers are linear (recurrent state), by the first pattern the config gives."""
     types = text.get("layer_types")
     if isinstance(types, list):
-        linear = sum(1 for t in types if t in LINEAR_LAYER_TYPES)
-    elif facts["full_attention_interval"] and facts["layers"]:  # sglang derives the pattern from the interval
-        linear = facts["layers"] - facts["layers"] // facts["full_attention_interval"]
-    else:
-        linear = 0
-    facts["linear_layers"] = linear
-    facts["hybrid"] = bool(linear) or facts["architecture"] in GATED_DELTANET_ARCHS
-    if facts["hybrid"]:
-        facts["linear_attention"] = ("gated_deltanet" if facts["architecture"] in GATED_DELTANET_ARCHS
-                                     or "linear_key_head_dim" in text else "other")  # fmt: skip
-    return facts
+        return sum(1 for t in types if t in LINEAR_LAYER_TYPES)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("M")
+    kda = (text.get("linear_attn_config") or {}).get("kda_layers") if isinstance(text.get("linear_attn_config"),
+                                                                                 dict) else None  # fmt: skip
+    if isinstance(kda, list):
+        return len(kda)
+    if interval and layers:  # sglang derives the pattern from the interval
+        return layers - layers // interval
+    if arch == "FalconH1ForCausalLM" and layers:  # every layer runs attention and Mamba2 side by side
+        return layers
+    return 0
 
 
 def _flag_values(args, flag):
@@ -96,21 +154,51 @@ def hybrid_instance_errors(inst, facts):
     mode = (inst.get("ddtree") or {}).get("mode", "tree")
     arch = facts.get("architecture") or "this model"
     if algo == "DDTREE" and mode == "tree":
-        if facts.get("linear_attention") != "gated_deltanet":
-            errors.append(("ddtree.mode", (f"DDTREE tree verify on {arch}: its linear-attention layers are not "
-                                          "Gated DeltaNet, whose sglang kernels follow a tree (each node's state "
-                                          "from its parent's); use ddtree.mode shadow-linear (verifies a chain), "
-                                          "or algorithm DFLASH")))  # fmt: skip
+        kind = facts.get("linear_attention")
+        if kind != "gated_deltanet":
+            what = {"mamba2": "Mamba2", "kda": "Kimi Delta Attention", "lightning": "lightning attention"}.get(
+                kind, "not Gated DeltaNet")
+            errors.append(("ddtree.mode", (f"DDTREE tree verify on {arch}: its linear-attention layers are {what}, "
+                                          "not Gated DeltaNet, the one kind whose tree verify (each node's state "
+                                          "from its parent's) this toolkit's patches carry and have shown lossless; "
+                                          "use ddtree.mode shadow-linear (verifies a chain), or algorithm "
+                                          "DFLASH")))  # fmt: skip
         for flag in LINEAR_BACKEND_FLAGS:
             if "flashinfer" in _flag_values(args, flag):
                 errors.append(("extra_args", (f"{flag} flashinfer: FlashInfer's Gated DeltaNet verify kernel cannot "
                                              f"follow a tree, so DDTREE tree verify cannot run on {arch} with it; "
                                              "drop the flag (triton is sglang's default) or set ddtree.mode "
                                              "shadow-linear")))  # fmt: skip
-    if algo in ("DFLASH", "DDTREE") and "no_buffer" in _flag_values(args, "--mamba-scheduler-strategy") \
-            and "--disable-radix-cache" not in args:  # fmt: skip
+    radix = facts.get("radix_with_spec")
+    strategy = _flag_values(args, "--mamba-scheduler-strategy")
+    if algo in ("DFLASH", "DDTREE") and "no_buffer" in strategy and "--disable-radix-cache" not in args \
+            and radix in ("extra_buffer", "disable"):  # fmt: skip
+        then = ("the toolkit then picks extra_buffer" if radix == "extra_buffer"
+                else "the toolkit then turns the radix cache off")  # fmt: skip
         errors.append(("extra_args", (f"--mamba-scheduler-strategy no_buffer with the radix cache on: sglang 0.5.11 "
                                      f"refuses speculative decoding on the hybrid {arch} then (ValueError at start); "
-                                     "drop the flag (the toolkit then picks extra_buffer) or add "
-                                     "--disable-radix-cache")))  # fmt: skip
+                                     f"drop the flag ({then}) or add --disable-radix-cache")))  # fmt: skip
+    if "extra_buffer" in strategy and radix == "disable":
+        errors.append(("extra_args", (f"--mamba-scheduler-strategy extra_buffer: sglang 0.5.11 has no extra_buffer "
+                                     f"mamba scheduling for {arch} (an AssertionError at start); drop the flag "
+                                     "(speculative decoding then runs with --disable-radix-cache, which the "
+                                     "toolkit adds)")))  # fmt: skip
+    return errors
+
+
+def attention_backend_errors(inst, facts):
+    """[(field, message)] for attention backends sglang 0.5.11 refuses on this target (any target)."""
+    arch = (facts or {}).get("architecture")
+    if arch not in NO_TRITON_ATTENTION_ARCHS:
+        return []
+    args = user_args(inst)
+    errors = []
+    if "triton" in _flag_values(args, "--attention-backend"):
+        errors.append(("extra_args", (f"--attention-backend triton: sglang 0.5.11 refuses it on {arch} (its first "
+                                     "layer may not be an attention layer; an AssertionError at start); use "
+                                     "flashinfer")))  # fmt: skip
+    elif inst.get("algorithm") == "DDTREE" and "flashinfer" not in _flag_values(args, "--attention-backend"):
+        errors.append(("pin_flags", (f"DDTREE's verify needs an attention backend that takes a tree mask (triton or "
+                                    f"flashinfer) and sglang 0.5.11 refuses triton on {arch}: set pin_flags "
+                                    "{'--attention-backend': flashinfer}")))  # fmt: skip
     return errors

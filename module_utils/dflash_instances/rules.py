@@ -147,6 +147,7 @@ def rule_context(instance, fingerprint, probe, host_facts):
         "target.architecture": _fields._target_facts_of(inst, hf).get("architecture"),
         "target.hybrid": _fields._target_facts_of(inst, hf).get("hybrid"),
         "target.linear_attention": _fields._target_facts_of(inst, hf).get("linear_attention"),
+        "target.radix_with_spec": _fields._target_facts_of(inst, hf).get("radix_with_spec"),
     }
     ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_tp.py)
     return ctx

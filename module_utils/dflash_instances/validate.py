@@ -13,9 +13,9 @@ try:  # the instance's smoke_gates field (module_utils/dflash_gates_config.py)
 except ImportError:
     from dflash_gates_config import gate_errors
 try:  # the target's config.json: hybrid (linear-attention) targets
-    from ansible.module_utils.dflash_model import hybrid_instance_errors
+    from ansible.module_utils.dflash_model import attention_backend_errors, hybrid_instance_errors
 except ImportError:
-    from dflash_model import hybrid_instance_errors
+    from dflash_model import attention_backend_errors, hybrid_instance_errors
 try:  # flags against the parser, env, secrets, bind address, resolved paths
     from ansible.module_utils import dflash_checks
 except ImportError:
@@ -214,7 +214,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         tfacts = _fields._target_facts_of(inst, host_facts)
         if tfacts.get("error"):
             add("model_path", f"cannot read the target's config.json: {tfacts['error']}")
-        for field, msg in hybrid_instance_errors(inst, tfacts):
+        for field, msg in hybrid_instance_errors(inst, tfacts) + attention_backend_errors(inst, tfacts):
             add(field, msg)
 
         # numbers

@@ -22,6 +22,23 @@ LAB_HYBRID = (ROOT / "lab/models/Qwen3.6-27B/config.json").read_text()
 LAB_DENSE = (ROOT / "lab/models/Qwen3-32B/config.json").read_text()
 QWEN3_NEXT = json.dumps({"architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 48,
                          "full_attention_interval": 4, "linear_key_head_dim": 128})  # fmt: skip
+# other sglang 0.5.11 hybrids, in the shapes their published config.json files have: NemotronH's layer
+# pattern string ("M" Mamba2, "*" attention, "-" MLP, "E" MoE), Falcon-H1's parallel attention + Mamba2
+# in every layer, LFM2's "conv" layers, Granite 4.0's "mamba" layers, Kimi-Linear's KDA layer list
+NEMOTRON_H = json.dumps({"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+                         "num_hidden_layers": 8, "hybrid_override_pattern": "M-M*M-M-", "mamba_num_heads": 64,
+                         "ssm_state_size": 128, "conv_kernel": 4})  # fmt: skip
+FALCON_H1 = json.dumps({"architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "num_hidden_layers": 24,
+                        "mamba_d_ssm": 1024, "mamba_n_heads": 16})  # fmt: skip
+LFM2 = json.dumps({"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "num_hidden_layers": 6,
+                   "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention"]})  # fmt: skip
+GRANITE_H = json.dumps({"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+                        "num_hidden_layers": 4, "layer_types": ["mamba", "mamba", "mamba", "attention"]})  # fmt: skip
+GRANITE_DENSE = json.dumps({"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+                            "num_hidden_layers": 2, "layer_types": ["attention", "attention"]})  # fmt: skip
+KIMI_LINEAR = json.dumps({"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear",
+                          "num_hidden_layers": 4,
+                          "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4]}})  # fmt: skip
 
 
 def facts_with_target(text, path=MODEL):
@@ -40,16 +57,31 @@ def test_the_lab_target_is_the_seeds_hybrid():
     assert d["architecture"] == "Qwen3ForCausalLM" and d["hybrid"] is False and d["linear_attention"] is None
 
 
-@pytest.mark.parametrize(("text", "arch", "hybrid", "linear"), [
-    (QWEN3_NEXT, "Qwen3NextForCausalLM", True, 36),  # no layer_types: sglang's interval rule
+@pytest.mark.parametrize(("text", "arch", "hybrid", "linear", "kind", "radix"), [
+    (QWEN3_NEXT, "Qwen3NextForCausalLM", True, 36, "gated_deltanet", "extra_buffer"),  # sglang's interval rule
     (json.dumps({"architectures": ["Qwen3_5ForCausalLM"], "num_hidden_layers": 8,
-                 "layer_types": ["linear_attention"] * 3 + ["full_attention"]}), "Qwen3_5ForCausalLM", True, 3),
-    (json.dumps({"architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 4,
-                 "layer_types": ["mamba", "attention", "mamba", "mamba"]}), "NemotronHForCausalLM", True, 3),
+                 "layer_types": ["linear_attention"] * 3 + ["full_attention"]}), "Qwen3_5ForCausalLM", True, 3,
+     "gated_deltanet", "extra_buffer"),
+    (NEMOTRON_H, "NemotronHForCausalLM", True, 4, "mamba2", "disable"),
+    (FALCON_H1, "FalconH1ForCausalLM", True, 24, "mamba2", "disable"),
+    (LFM2, "Lfm2ForCausalLM", True, 4, "mamba2", "disable"),
+    (GRANITE_H, "GraniteMoeHybridForCausalLM", True, 3, "mamba2", "disable"),
+    (GRANITE_DENSE, "GraniteMoeHybridForCausalLM", False, 0, None, None),  # sglang: no mamba layer, no hybrid
+    (KIMI_LINEAR, "KimiLinearForCausalLM", True, 3, "kda", "sglang"),
+    (json.dumps({"architectures": ["SomeNewHybridForCausalLM"], "num_hidden_layers": 4,
+                 "layer_types": ["mamba", "attention", "mamba", "mamba"]}), "SomeNewHybridForCausalLM", True, 3,
+     "other", None),
 ])  # fmt: skip
-def test_other_hybrids(text, arch, hybrid, linear):
+def test_other_hybrids(text, arch, hybrid, linear, kind, radix):
     f = dm.target_facts(text)
     assert (f["architecture"], f["hybrid"], f["linear_layers"]) == (arch, hybrid, linear)
+    assert (f["linear_attention"], f["radix_with_spec"]) == (kind, radix)
+
+
+def test_a_vl_wrapper_is_read_through_its_language_config():
+    text = json.dumps({"architectures": ["NemotronH_Nano_VL_V2"], "llm_config": json.loads(NEMOTRON_H)})
+    f = dm.target_facts(text)
+    assert (f["hybrid"], f["linear_layers"], f["linear_attention"]) == (True, 4, "mamba2")
 
 
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
@@ -108,10 +140,38 @@ def test_what_can_work_is_not_refused():
 
 
 def test_tree_mode_on_a_non_gated_deltanet_hybrid_is_refused():
-    text = json.dumps({"architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 4,
-                       "layer_types": ["mamba", "attention", "mamba", "mamba"]})  # fmt: skip
-    errors = validate([good(algorithm="DDTREE")], facts=facts_with_target(text))
-    assert len(errors) == 1 and "field 'ddtree.mode'" in errors[0] and "shadow-linear" in errors[0]
+    flashinfer = {"--attention-backend": "flashinfer"}
+    for text, what in ((NEMOTRON_H, "Mamba2"), (KIMI_LINEAR, "Kimi Delta Attention"), (FALCON_H1, "Mamba2")):
+        errors = validate([good(algorithm="DDTREE", pin_flags=flashinfer)], facts=facts_with_target(text))
+        assert len(errors) == 1 and "field 'ddtree.mode'" in errors[0] and "shadow-linear" in errors[0], errors
+        assert f"its linear-attention layers are {what}" in errors[0]
+        assert validate([good(algorithm="DDTREE", pin_flags=flashinfer, ddtree={"mode": "shadow-linear"})],
+                        facts=facts_with_target(text)) == []
+
+
+@pytest.mark.parametrize(("text", "inst", "field", "words"), [
+    (NEMOTRON_H, good(extra_args=["--mamba-scheduler-strategy", "extra_buffer"]), "extra_args",
+     "no extra_buffer mamba scheduling for NemotronHForCausalLM"),
+    (GRANITE_H, good(extra_args=["--mamba-scheduler-strategy", "no_buffer"]), "extra_args",
+     "the toolkit then turns the radix cache off"),
+    (LFM2, good(pin_flags={"--attention-backend": "triton"}), "extra_args",
+     "--attention-backend triton: sglang 0.5.11 refuses it on Lfm2ForCausalLM"),
+    (NEMOTRON_H, good(algorithm="DDTREE", ddtree={"mode": "shadow-linear"}), "pin_flags",
+     "set pin_flags {'--attention-backend': flashinfer}"),
+])  # fmt: skip
+def test_what_sglang_refuses_on_other_hybrids_is_refused_before_the_host_changes(text, inst, field, words):
+    errors = validate([inst], facts=facts_with_target(text))
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"ct200: instance 'dflash-gpu1': field '{field}'") and words in errors[0]
+
+
+def test_what_sglang_takes_on_other_hybrids_passes():
+    for text, inst in ((NEMOTRON_H, good(extra_args=["--mamba-scheduler-strategy", "no_buffer",
+                                                     "--disable-radix-cache"])),
+                       (KIMI_LINEAR, good(extra_args=["--mamba-scheduler-strategy", "no_buffer"])),  # sglang: radix off
+                       (LFM2, good(pin_flags={"--attention-backend": "flashinfer"})),
+                       (FALCON_H1, good(pin_flags={"--attention-backend": "triton"}))):  # fmt: skip
+        assert validate([inst], facts=facts_with_target(text)) == [], (text, inst)
 
 
 def test_unreadable_target_config_is_an_error():
@@ -165,6 +225,27 @@ def test_the_rule_stands_down_without_radix_cache_or_speculation_or_on_dense():
     assert "hybrid-spec-radix-extra-buffer" not in rules_of(p)[0]
     p = plan(good(), CT200, PROBE_GOOD, host_facts={"targets": {MODEL: dm.target_facts(LAB_DENSE)}})
     assert "hybrid-spec-radix-extra-buffer" not in rules_of(p)[0]
+
+
+@pytest.mark.parametrize("algo", ["DFLASH", "DDTREE"])
+def test_hybrids_without_extra_buffer_get_the_radix_cache_off(algo):
+    inst = good(algorithm=algo, gpus=[0], port=30000, pin_flags={"--attention-backend": "flashinfer"},
+                ddtree={"mode": "shadow-linear"}) if algo == "DDTREE" else good(gpus=[0], port=30000)
+    p = plan(inst, CT129, PROBE_GOOD, host_facts={"targets": {MODEL: dm.target_facts(NEMOTRON_H)}})
+    applied, _ = rules_of(p)
+    rule = applied["hybrid-spec-radix-off"]
+    assert rule["flags"] == ["--disable-radix-cache"] and "no extra_buffer mamba scheduling" in rule["reason"]
+    assert "hybrid-spec-radix-extra-buffer" not in applied and "--mamba-scheduler-strategy" not in p["args"]
+    assert p["args"].count("--disable-radix-cache") == 1
+    # set by the inventory itself: the rule stands down, the flag stays once
+    p = plan(good(gpus=[0], port=30000, extra_args=["--disable-radix-cache"]), CT129, PROBE_GOOD,
+             host_facts={"targets": {MODEL: dm.target_facts(NEMOTRON_H)}})
+    assert "hybrid-spec-radix-off" not in rules_of(p)[0] and p["args"].count("--disable-radix-cache") == 1
+    # sglang turns it off itself on Kimi-Linear; neither rule on the Qwen3.5 hybrid's side of the table
+    for text, absent in ((KIMI_LINEAR, ("hybrid-spec-radix-off", "hybrid-spec-radix-extra-buffer")),
+                         (LAB_HYBRID, ("hybrid-spec-radix-off",))):  # fmt: skip
+        p = plan(good(gpus=[0], port=30000), CT129, PROBE_GOOD, host_facts={"targets": {MODEL: dm.target_facts(text)}})
+        assert not set(absent) & set(rules_of(p)[0]), text
 
 
 def test_unknown_target_facts_leave_the_rule_unevaluated():

@@ -216,6 +216,28 @@ def test_sm90_fa3_from_the_sgl_kernel_files(tmp_path):
     assert plan(inst(gpus=[0], model_path="/data/m"), H200, PROBE_GOOD, hf)["applied"] == []
 
 
+def test_ddtree_on_hopper_gets_the_triton_attention_its_tree_verify_needs():
+    """sglang 0.5.11 defaults to FA3 on Hopper without EAGLE top-k, and DDTREE refuses FA3 at start."""
+    dd = {"algorithm": "DDTREE", "gpus": [0], "model_path": "/data/m"}
+    for fa3 in (True, False):
+        probe = dict(PROBE_GOOD, sgl_kernel={"ok": True, "fa3": fa3})
+        p = plan(inst(**dd), H200, probe)
+        assert applied_names(p) == ["tree-verify-attention-triton"], fa3  # sm90-without-fa3 leaves DDTREE alone
+        assert p["args"].count("--attention-backend") == 1
+        assert p["args"][p["args"].index("--attention-backend") + 1] == "triton"
+        assert "refuses FA3 at start" in p["applied"][0]["reason"]
+    # the inventory's own choice wins; flashinfer broken: its rule already says triton, once
+    p = plan(inst(**dd, pin_flags={"--attention-backend": "flashinfer"}), H200, PROBE_GOOD)
+    assert "tree-verify-attention-triton" not in applied_names(p)
+    assert p["args"][p["args"].index("--attention-backend") + 1] == "flashinfer"
+    probe = dict(PROBE_GOOD, flashinfer={"ok": False, "error": "ImportError: libcudart.so.13"})
+    p = plan(inst(**dd), H200, probe)
+    assert applied_names(p) == ["flashinfer-unusable-triton"] and p["args"].count("--attention-backend") == 1
+    # DFLASH on Hopper, and DDTREE where sglang's default takes a tree mask (SM 8.x/12.x: FlashInfer): no rule
+    assert plan(inst(gpus=[0], model_path="/data/m"), H200, PROBE_GOOD)["applied"] == []
+    assert "tree-verify-attention-triton" not in applied_names(plan(inst(algorithm="DDTREE"), CT129, PROBE_GOOD))
+
+
 def test_flashinfer_broken_but_torch_ok():
     probe = dict(PROBE_GOOD, flashinfer={"ok": False, "error": "ImportError: libcudart.so.13"})
     p = plan(inst(gpus=[0], model_path="/data/m"), CT129, probe)
