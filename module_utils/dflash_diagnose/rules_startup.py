@@ -60,7 +60,38 @@ ROWS = [
      "speculative decoding is refused on a hybrid (linear-attention / Mamba) target{arch_s}",
      _HYBRID_REMEDY, False, r"HybridAttentionBackend"),
 
+    ("spec_hybrid_tree_kernels", "speculative_hybrid", 69,
+     # this toolkit's patch 0103: DDTREE tree mode on linear-attention kernels that cannot follow a tree
+     (r"DDTREE tree verify on a hybrid target needs linear-attention kernels that follow a tree[^\n]*?: "
+     r"(?P<lin>\w+) with verify kernel (?P<kernel>\w+)"),
+     ("DDTREE's tree verify cannot run on this hybrid target's linear-attention kernels ({lin}, verify kernel "
+     "{kernel}): they do not follow a tree"),
+     ("use the Gated DeltaNet triton kernels (drop --linear-attn-backend / --linear-attn-decode-backend flashinfer "
+     "from the instance's flags), or set the instance's ddtree.mode to shadow-linear (verifies a chain), or use "
+     "algorithm DFLASH"), False, None),
+
     # ---------------------------------------------------------------- incompatible_options
+    ("mamba_extra_buffer_unsupported", "incompatible_options", 63,
+     # sglang's _handle_mamba_radix_cache(support_mamba_cache_extra_buffer=False)
+     r"mamba extra_buffer is not supported for (?P<arch>\w+)",
+     "sglang has no extra_buffer mamba scheduling for {arch}: --mamba-scheduler-strategy extra_buffer is refused",
+     ("drop --mamba-scheduler-strategy extra_buffer from the instance's flags; speculative decoding on {arch} then "
+     "needs the radix cache off (--disable-radix-cache; this toolkit's rule hybrid-spec-radix-off adds it)"),
+     False, None),
+    ("attention_backend_refused_for_arch", "incompatible_options", 62,
+     # sglang's _handle_model_specific_adjustments (NemotronH, LFM2: the first layer may not be attention)
+     r"(?P<arch>\w+For\w+) does not support (?P<refused>\w+) attention backend",
+     "sglang refuses the {refused} attention backend on {arch}",
+     ("give the instance another attention backend (`--attention-backend flashinfer` in pin_flags), and check "
+     "which fallback rule chose {refused} (dflash_flags names it); DDTREE needs triton or flashinfer: flashinfer"),
+     False, None),
+    ("ddtree_tree_mask_backend", "incompatible_options", 61,
+     # this toolkit's patch 0102: DDTREE's verify needs a target attention backend with a tree mask
+     r"DDTREE needs a target attention backend that takes a tree mask[^\n]*?got (?P<backend>\w+)",
+     ("DDTREE's tree verify needs a target attention backend that takes a per-request tree mask (triton or "
+     "flashinfer); this server runs {backend}"),
+     ("set `--attention-backend triton` for the instance (pin_flags); this toolkit derives it on Hopper, where "
+     "sglang's default is FA3 (rule tree-verify-attention-triton)"), False, None),
     ("backend_refuses_speculative", "incompatible_options", 60,
      r"(?:Currently )?(?P<backend>\w+Backend) does not support speculative decoding",
      "the attention backend {backend} (chosen by the options) refuses speculative decoding",
@@ -100,7 +131,7 @@ ROWS = [
 KEYWORDS = (
     "speculative", "spec_", "spec decod", "mamba", "attention does not", "does not support", "incompatible",
     "compatible with", "not supported", "requires", "must be", "cannot be used", "only be used", "only supported",
-    "capture", "capturing",
+    "capture", "capturing", "ddtree", "extra_buffer",
 )
 
 
@@ -121,6 +152,8 @@ def fill(groups: dict, facts: dict, text: str) -> dict:
     out["cgbs_s"] = f" (now {cgbs})" if cgbs else ""
     out["lin"] = groups.get("lin") or "linear-attention"
     out["backend"] = groups.get("backend") or "the attention backend"
+    out["refused"] = groups.get("refused") or "this"
+    out["kernel"] = groups.get("kernel") or "?"
     ms = groups.get("mamba_strategy") or (re.search(r"--mamba-scheduler-strategy (\w+)", text or "") or [None, None])[1]
     out["mamba_strategy_s"] = f" under --mamba-scheduler-strategy {ms}" if ms else ""
     low = check.lower()
@@ -134,7 +167,9 @@ def fill(groups: dict, facts: dict, text: str) -> dict:
         hint = ("hybrid (Mamba / linear-attention) targets restrict the cache options: leave --page-size at 1 or "
                 "switch the radix cache off (--disable-radix-cache); ")
     elif "attention" in low:
-        hint = "pick an attention backend the message lists as supported (e.g. `--attention-backend triton`); "
+        refused = re.search(r"does not support (\w+) attention", low)
+        other = "flashinfer" if refused and refused.group(1) == "triton" else "triton"
+        hint = f"pick an attention backend the message lists as supported (e.g. `--attention-backend {other}`); "
     else:
         hint = ""
     out["options_hint"] = hint

@@ -30,6 +30,19 @@ def test_causes_and_rules_are_in_the_table():
     ("Exception: Capture cuda graph failed: RuntimeError: CUDA error: operation not permitted when stream is capturing",
      "cuda_graph_capture", "--disable-cuda-graph"),
     ("RuntimeError: CUDA error: capturing stream has unjoined work", "cuda_graph_capture", "--enable-torch-compile"),
+    # sglang 0.5.11's own messages (server_args.py) on hybrids other than Qwen3.5 / Qwen3-Next
+    ("AssertionError: mamba extra_buffer is not supported for NemotronHForCausalLM model", "incompatible_options",
+     "--disable-radix-cache"),
+    (("AssertionError: NemotronHForCausalLM does not support triton attention backend,as the first layer might not "
+     "be an attention layer"), "incompatible_options", "`--attention-backend flashinfer`"),
+    # this toolkit's patches 0102 / 0103 (the DDTREE worker's refusals at start)
+    (("ValueError: DDTREE needs a target attention backend that takes a tree mask in verify (TritonAttnBackend, "
+     "FlashInferAttnBackend); got FlashAttentionBackend. Pass --attention-backend triton."), "incompatible_options",
+     "this server runs FlashAttentionBackend"),
+    (("ValueError: DDTREE tree verify on a hybrid target needs linear-attention kernels that follow a tree (parent "
+     "pointers): GDNAttnBackend with verify kernel FlashInferGDNKernel does not. Use --linear-attn-backend triton "
+     "(the Gated DeltaNet triton kernels), or --speculative-ddtree-mode shadow-linear (verifies a chain)."),
+     "speculative_hybrid", "shadow-linear"),
 ])
 def test_single_lines(line, cause, needle):
     r = diagnose_text(line + "\n")
@@ -78,3 +91,10 @@ def test_argument_rejections_have_one_cause_each():
         causes = {m.rule.cause for ln in _split_lines(path.read_text(errors="replace")) for m in _match_line(ln)}
         assert causes & pair == {cause}, (path.name, causes)
         assert diagnose_text(path.read_text(errors="replace"))["cause"] == cause, path.name
+
+
+def test_the_attention_hint_never_suggests_the_backend_the_message_refuses():
+    """The generic option-refusal row suggests a backend; it must not be the one refused."""
+    line = "AssertionError: Foo attention backend: FooForCausalLM does not support triton attention here\n"
+    r = diagnose_text(line)
+    assert "`--attention-backend triton`" not in r["remedy"], r
