@@ -157,7 +157,7 @@ def hybrid_instance_errors(inst, facts):
         kind = facts.get("linear_attention")
         if kind != "gated_deltanet":
             what = {"mamba2": "Mamba2", "kda": "Kimi Delta Attention", "lightning": "lightning attention"}.get(
-                kind, "not Gated DeltaNet")
+                kind, "of another kind")
             errors.append(("ddtree.mode", (f"DDTREE tree verify on {arch}: its linear-attention layers are {what}, "
                                           "not Gated DeltaNet, the one kind whose tree verify (each node's state "
                                           "from its parent's) this toolkit's patches carry and have shown lossless; "
@@ -194,7 +194,9 @@ def attention_backend_errors(inst, facts):
     args = user_args(inst)
     errors = []
     if "triton" in _flag_values(args, "--attention-backend"):
-        errors.append(("extra_args", (f"--attention-backend triton: sglang 0.5.11 refuses it on {arch} (its first "
+        pinned = str((inst.get("pin_flags") or {}).get("--attention-backend")) == "triton"
+        errors.append(("pin_flags" if pinned else "extra_args",
+                       (f"--attention-backend triton: sglang 0.5.11 refuses it on {arch} (its first "
                                      "layer may not be an attention layer; an AssertionError at start); use "
                                      "flashinfer")))  # fmt: skip
     elif inst.get("algorithm") == "DDTREE" and "flashinfer" not in _flag_values(args, "--attention-backend"):

@@ -141,7 +141,9 @@ def test_what_can_work_is_not_refused():
 
 def test_tree_mode_on_a_non_gated_deltanet_hybrid_is_refused():
     flashinfer = {"--attention-backend": "flashinfer"}
-    for text, what in ((NEMOTRON_H, "Mamba2"), (KIMI_LINEAR, "Kimi Delta Attention"), (FALCON_H1, "Mamba2")):
+    unknown = json.dumps({"architectures": ["SomeNewHybridForCausalLM"], "layer_types": ["mamba", "attention"]})
+    for text, what in ((NEMOTRON_H, "Mamba2"), (KIMI_LINEAR, "Kimi Delta Attention"), (FALCON_H1, "Mamba2"),
+                       (unknown, "of another kind")):  # fmt: skip
         errors = validate([good(algorithm="DDTREE", pin_flags=flashinfer)], facts=facts_with_target(text))
         assert len(errors) == 1 and "field 'ddtree.mode'" in errors[0] and "shadow-linear" in errors[0], errors
         assert f"its linear-attention layers are {what}" in errors[0]
@@ -154,8 +156,9 @@ def test_tree_mode_on_a_non_gated_deltanet_hybrid_is_refused():
      "no extra_buffer mamba scheduling for NemotronHForCausalLM"),
     (GRANITE_H, good(extra_args=["--mamba-scheduler-strategy", "no_buffer"]), "extra_args",
      "the toolkit then turns the radix cache off"),
-    (LFM2, good(pin_flags={"--attention-backend": "triton"}), "extra_args",
+    (LFM2, good(pin_flags={"--attention-backend": "triton"}), "pin_flags",
      "--attention-backend triton: sglang 0.5.11 refuses it on Lfm2ForCausalLM"),
+    (LFM2, good(extra_args=["--attention-backend=triton"]), "extra_args", "use flashinfer"),
     (NEMOTRON_H, good(algorithm="DDTREE", ddtree={"mode": "shadow-linear"}), "pin_flags",
      "set pin_flags {'--attention-backend': flashinfer}"),
 ])  # fmt: skip
