@@ -90,12 +90,14 @@ def target_facts(config_text):
         hybrid = bool(linear) or arch in GATED_DELTANET_ARCHS or arch in MAMBA2_ARCHS or arch in OTHER_LINEAR_ARCHS
     facts["hybrid"] = hybrid
     if hybrid:
-        if arch in GATED_DELTANET_ARCHS or (arch not in MAMBA2_ARCHS and "linear_key_head_dim" in text):
+        if arch in GATED_DELTANET_ARCHS:
             facts["linear_attention"] = "gated_deltanet"
         elif arch in MAMBA2_ARCHS:
             facts["linear_attention"] = "mamba2"
-        else:
-            facts["linear_attention"] = OTHER_LINEAR_ARCHS.get(arch, "other")
+        elif arch in OTHER_LINEAR_ARCHS:
+            facts["linear_attention"] = OTHER_LINEAR_ARCHS[arch]
+        else:  # an architecture not in sglang 0.5.11's tables: Gated DeltaNet's own config keys, or unknown
+            facts["linear_attention"] = "gated_deltanet" if "linear_key_head_dim" in text else "other"
         facts["radix_with_spec"] = RADIX_WITH_SPEC.get(arch)
     return facts
 
@@ -108,8 +110,8 @@ def _linear_layers(text, layers, interval, arch):
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         return pattern.count("M")
-    kda = (text.get("linear_attn_config") or {}).get("kda_layers") if isinstance(text.get("linear_attn_config"),
-                                                                                 dict) else None  # fmt: skip
+    linear_cfg = text.get("linear_attn_config")
+    kda = linear_cfg.get("kda_layers") if isinstance(linear_cfg, dict) else None
     if isinstance(kda, list):
         return len(kda)
     if interval and layers:  # sglang derives the pattern from the interval
@@ -191,15 +193,15 @@ def attention_backend_errors(inst, facts):
     arch = (facts or {}).get("architecture")
     if arch not in NO_TRITON_ATTENTION_ARCHS:
         return []
-    args = user_args(inst)
+    backends = _flag_values(user_args(inst), "--attention-backend")
     errors = []
-    if "triton" in _flag_values(args, "--attention-backend"):
+    if "triton" in backends:
         pinned = str((inst.get("pin_flags") or {}).get("--attention-backend")) == "triton"
         errors.append(("pin_flags" if pinned else "extra_args",
                        (f"--attention-backend triton: sglang 0.5.11 refuses it on {arch} (its first "
                                      "layer may not be an attention layer; an AssertionError at start); use "
                                      "flashinfer")))  # fmt: skip
-    elif inst.get("algorithm") == "DDTREE" and "flashinfer" not in _flag_values(args, "--attention-backend"):
+    elif inst.get("algorithm") == "DDTREE" and "flashinfer" not in backends:
         errors.append(("pin_flags", (f"DDTREE's verify needs an attention backend that takes a tree mask (triton or "
                                     f"flashinfer) and sglang 0.5.11 refuses triton on {arch}: set pin_flags "
                                     "{'--attention-backend': flashinfer}")))  # fmt: skip

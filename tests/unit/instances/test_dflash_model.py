@@ -78,6 +78,15 @@ def test_other_hybrids(text, arch, hybrid, linear, kind, radix):
     assert (f["linear_attention"], f["radix_with_spec"]) == (kind, radix)
 
 
+def test_the_linear_kind_comes_from_the_architecture_before_the_config_keys():
+    kimi = json.loads(KIMI_LINEAR)
+    kimi["linear_key_head_dim"] = 128  # a key Gated DeltaNet configs have; Kimi-Linear stays KDA
+    assert dm.target_facts(json.dumps(kimi))["linear_attention"] == "kda"
+    unknown = {"architectures": ["SomeNewGdnForCausalLM"], "num_hidden_layers": 4, "full_attention_interval": 4}
+    assert dm.target_facts(json.dumps(unknown))["linear_attention"] == "other"
+    assert dm.target_facts(json.dumps({**unknown, "linear_key_head_dim": 128}))["linear_attention"] == "gated_deltanet"
+
+
 def test_a_vl_wrapper_is_read_through_its_language_config():
     text = json.dumps({"architectures": ["NemotronH_Nano_VL_V2"], "llm_config": json.loads(NEMOTRON_H)})
     f = dm.target_facts(text)
