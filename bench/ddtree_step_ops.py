@@ -35,8 +35,11 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-for sub in ("tests", "tests/unit", "tests/unit/tree", "module_utils", "bench"):
+for sub in ("tests", "tests/unit", "tests/unit/tree", "bench"):
     sys.path.insert(0, str(REPO / sub))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+
+ansible.module_utils.__path__.append(str(REPO / "module_utils"))
 from ddtree_cpu_overhead import Kernels  # views excluded, host reads apart
 from test_ddtree_verify import hybrid_commit, patched_modules, run_step, series_files
 

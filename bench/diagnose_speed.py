@@ -12,9 +12,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-from dflash_diagnose.engine import diagnose_file
+ansible.module_utils.__path__.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
+
+from ansible.module_utils.dflash_diagnose.engine import diagnose_file
 
 ROOT_CAUSE = "May 23 10:15:01 ct200 python3[4242]: ModuleNotFoundError: No module named 'soundfile'\n"
 FILLER = ("May 23 10:15:02 ct200 python3[4242]: [2026-05-23 10:15:02 TP0] Decode batch. #running-req: 1, "

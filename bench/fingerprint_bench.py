@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
-import dflash_fingerprint.collect
-import dflash_fingerprint.merge
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+
+ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
+from ansible.module_utils.dflash_fingerprint import collect, merge
 
 REPLAY_HOSTS = {
     "ct129": ROOT / "lab/captures/ct129",
@@ -70,12 +71,12 @@ def timeit(fn, runs: int) -> float:
 
 
 def parse_cost(runs: int) -> dict:
-    raw = dflash_fingerprint.collect.read_capture(ROOT / "lab/captures/ct200")
+    raw = collect.read_capture(ROOT / "lab/captures/ct200")
     out = {"host": "ct200 (8 GPUs)", "runs": runs,
-           "all_sources_ms": round(timeit(lambda: dflash_fingerprint.merge.fingerprint_from_raw(raw), runs), 3)}
+           "all_sources_ms": round(timeit(lambda: merge.fingerprint_from_raw(raw), runs), 3)}
     for only in ("nvidia-smi-query.csv", "nvidia-smi-q.xml", "nvidia-smi.txt"):
         sub = {only: raw[only]}
-        out[f"{only}_only_ms"] = round(timeit(lambda sub=sub: dflash_fingerprint.merge.fingerprint_from_raw(sub), runs), 3)
+        out[f"{only}_only_ms"] = round(timeit(lambda sub=sub: merge.fingerprint_from_raw(sub), runs), 3)
     out["bytes"] = {k: len(v) for k, v in raw.items() if k.startswith("nvidia-smi")}
     return out
 
@@ -90,7 +91,7 @@ def collect_cost(runs: int) -> dict:
         cap = ROOT / "lab/captures/ct200"
 
         def once():
-            return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.collect_raw(
+            return merge.fingerprint_from_raw(collect.collect_raw(
                 nvidia_smi=str(smi), proc_version_path=str(cap / "proc-driver-nvidia-version.txt"),
                 toolkit_roots=(tmp,)))
 

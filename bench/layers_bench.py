@@ -40,11 +40,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-import dflash_layers as L
-import dflash_wheelhouse as WH
-from dflash_wheels import target_from_interpreter
+ansible.module_utils.__path__.append(os.path.join(ROOT, "module_utils"))
+
+from ansible.module_utils import dflash_layers as L
+from ansible.module_utils import dflash_wheelhouse as WH
+from ansible.module_utils.dflash_wheels import target_from_interpreter
 
 BASE = {"name": "base", "find_links": ["/opt/wheels"],
         "requirements": ["torch==2.13.0+cpu", "transformers==5.6.0", "xgrammar==0.1.10", "six==1.16.0", "idna==3.10"]}

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
+import ansible.module_utils
 from ansible.plugins.callback import CallbackBase
 
+# The repository's module_utils/ under the name the modules import it by (this file is loaded by path; docs/design.md,
+# "Import path")
 _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
 
-import dflash_rollout as _rollout
+from ansible.module_utils import dflash_rollout as _rollout
 
 DOCUMENTATION = r"""
 name: dflash_rollout

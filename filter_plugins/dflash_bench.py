@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
-import sys
 
-# module_utils/ on sys.path (this file is loaded by path: nothing of the repo is importable before)
+import ansible.module_utils
+
+# The repository's module_utils/ under the name the modules import it by (this file is loaded by path; docs/design.md,
+# "Import path")
 _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
 
-from dflash_bench import matrix as _mx
-from dflash_bench import results as _res
-from dflash_jinja import plain as _plain
+from ansible.module_utils.dflash_bench import matrix as _mx
+from ansible.module_utils.dflash_bench import results as _res
+from ansible.module_utils.dflash_jinja import plain as _plain
 
 
 def dflash_bench_progress(n, total, elapsed):

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import os
-import sys
 
-# module_utils/ on sys.path (this file is loaded by path: nothing of the repo is importable before)
+import ansible.module_utils
+
+# The repository's module_utils/ under the name the modules import it by (this file is loaded by path; docs/design.md,
+# "Import path")
 _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
 
-import dflash_fingerprint.report
-from dflash_jinja import plain as _plain
+from ansible.module_utils.dflash_fingerprint import report
+from ansible.module_utils.dflash_jinja import plain as _plain
 
 
 def dflash_fleet_rows(fleet, refusals=None):
-    return dflash_fingerprint.report.fleet_rows(_plain(fleet), _plain(refusals))
+    return report.fleet_rows(_plain(fleet), _plain(refusals))
 
 
 def dflash_fleet_text(fleet, refusals=None):
-    return dflash_fingerprint.report.fleet_text(_plain(fleet), _plain(refusals))
+    return report.fleet_text(_plain(fleet), _plain(refusals))
 
 
 def dflash_fleet_markdown(fleet, refusals=None):
-    return dflash_fingerprint.report.fleet_markdown(_plain(fleet), _plain(refusals))
+    return report.fleet_markdown(_plain(fleet), _plain(refusals))
 
 
 def dflash_fleet_collect(hostvars, hosts):

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import os
-import sys
 
-# module_utils/ on sys.path (this file is loaded by path: nothing of the repo is importable before)
+import ansible.module_utils
+
+# The repository's module_utils/ under the name the modules import it by (this file is loaded by path; docs/design.md,
+# "Import path")
 _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
 
-import dflash_checks as _ck
-import dflash_diskspace as _dsk
-import dflash_inventory as _inv
-import dflash_secrets as _ds
-import dflash_server_flags as _sf
-from dflash_instances import flags as _di_flags
-from dflash_instances import host as _di_host
-from dflash_instances import rules as _di_rules
-from dflash_instances import validate as _di_validate
-from dflash_jinja import plain as _plain
-from dflash_runner import default_service_manager
+from ansible.module_utils import dflash_checks as _ck
+from ansible.module_utils import dflash_diskspace as _dsk
+from ansible.module_utils import dflash_inventory as _inv
+from ansible.module_utils import dflash_secrets as _ds
+from ansible.module_utils import dflash_server_flags as _sf
+from ansible.module_utils.dflash_instances import flags as _di_flags
+from ansible.module_utils.dflash_instances import host as _di_host
+from ansible.module_utils.dflash_instances import rules as _di_rules
+from ansible.module_utils.dflash_instances import validate as _di_validate
+from ansible.module_utils.dflash_jinja import plain as _plain
+from ansible.module_utils.dflash_runner import default_service_manager
 
 
 def _removed(instances, host_facts, remove_absent, remove):

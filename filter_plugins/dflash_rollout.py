@@ -5,18 +5,20 @@ multinode,router,metrics}.py."""
 from __future__ import annotations
 
 import os
-import sys
 
-# module_utils/ on sys.path (this file is loaded by path: nothing of the repo is importable before)
+import ansible.module_utils
+
+# The repository's module_utils/ under the name the modules import it by (this file is loaded by path; docs/design.md,
+# "Import path")
 _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
 
-import dflash_metrics as _metrics
-import dflash_multinode as _mn
-import dflash_rollout as _rollout
-import dflash_router as _router
-from dflash_jinja import plain as _plain
+from ansible.module_utils import dflash_metrics as _metrics
+from ansible.module_utils import dflash_multinode as _mn
+from ansible.module_utils import dflash_rollout as _rollout
+from ansible.module_utils import dflash_router as _router
+from ansible.module_utils.dflash_jinja import plain as _plain
 
 
 def dflash_rollout_fleet(hostvars, hosts):

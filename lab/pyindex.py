@@ -37,10 +37,12 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-from dflash_pep508 import canonical_name
-from dflash_wheels import write_wheel
+ansible.module_utils.__path__.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
+
+from ansible.module_utils.dflash_pep508 import canonical_name
+from ansible.module_utils.dflash_wheels import write_wheel
 
 TORCH_PAYLOAD = 2 * 1024 * 1024
 BANNER = "dflash-deploy lab index: a STAND-IN wheel, not the real {name} (lab/pyindex.py)"

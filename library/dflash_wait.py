@@ -132,6 +132,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_diagnose.engine import diagnose_text
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import mark
 from ansible.module_utils.dflash_runner import RunnerUnits, log_since_last_start
@@ -160,11 +161,6 @@ from ansible.module_utils.dflash_smoke import (
     wait_units,
 )
 from ansible.module_utils.dflash_startup import latest_stage, progress_line, says_ready
-
-try:
-    from ansible.module_utils.dflash_diagnose.engine import diagnose_text
-except ImportError:  # the diagnosis stage is not there yet
-    diagnose_text = None
 
 
 def main():
@@ -348,9 +344,6 @@ class RunnerBackend(RunnerUnits):
                 text = log_since_last_start(fh.read())
         except OSError as exc:
             text = str(exc)
-        if diagnose_text is None:
-            return {"cause": "unknown", "summary": "dflash_diagnose is not available", "remedy": "",
-                    "evidence": text.splitlines()[-10:]}
         diag = dict(diagnose_text(text, source=log))
         diag["journal_tail"] = text.splitlines()[-30:]
         return diag
@@ -362,9 +355,6 @@ def diagnose_unit(module, journalctl, unit, since):
     diag, text = None, ""
     for attempt in range(5):
         _rc, text, _err = module.run_command(journal_argv(unit, since))
-        if diagnose_text is None:
-            return {"cause": "unknown", "summary": "dflash_diagnose is not available", "remedy": "",
-                    "evidence": text.splitlines()[-10:]}
         diag = diagnose_text(text, source=f"journalctl -u {unit}")
         if diag.get("cause") != "unknown" or attempt == 4:
             break

@@ -13,12 +13,8 @@ from __future__ import annotations
 import importlib.metadata
 import os
 
-try:
-    from ansible.module_utils.dflash_pep440 import parse_version
-    from ansible.module_utils.dflash_pep508 import InvalidRequirement, Requirement, canonical_name
-except ImportError:  # pytest imports module_utils/ as plain modules
-    from dflash_pep440 import parse_version
-    from dflash_pep508 import InvalidRequirement, Requirement, canonical_name
+from ansible.module_utils.dflash_pep440 import parse_version
+from ansible.module_utils.dflash_pep508 import InvalidRequirement, Requirement, canonical_name
 
 
 def _location(dist):

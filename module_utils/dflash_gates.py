@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import os
 
-try:
-    from ansible.module_utils.dflash_gates_config import resolve
-    from ansible.module_utils.dflash_gates_output import (
-        degenerate_reply,
-        extract_code,
-        match_patterns,
-        reply_texts,
-        run_code,
-    )
-    from ansible.module_utils.dflash_gates_perf import PerfError, conditions, find_baseline, judge, measure
-except ImportError:  # pytest / scripts: module_utils/ on sys.path
-    from dflash_gates_config import resolve  # noqa: F401
-    from dflash_gates_output import degenerate_reply, extract_code, match_patterns, reply_texts, run_code
-    from dflash_gates_perf import PerfError, conditions, find_baseline, judge, measure
+from ansible.module_utils.dflash_gates_output import (
+    degenerate_reply,
+    extract_code,
+    match_patterns,
+    reply_texts,
+    run_code,
+)
+from ansible.module_utils.dflash_gates_perf import PerfError, conditions, find_baseline, judge, measure
 
 
 def _skip(gate, reason):

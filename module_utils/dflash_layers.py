@@ -32,16 +32,10 @@ import shutil
 import subprocess
 import time
 
-try:
-    from ansible.module_utils import dflash_overlay as overlay
-    from ansible.module_utils.dflash_pep508 import canonical_name
-    from ansible.module_utils.dflash_trash import remove_dirs
-    from ansible.module_utils.dflash_wheels import LayerError
-except ImportError:  # pytest imports module_utils/ as plain modules
-    import dflash_overlay as overlay
-    from dflash_pep508 import canonical_name
-    from dflash_trash import remove_dirs
-    from dflash_wheels import LayerError
+from ansible.module_utils import dflash_overlay as overlay
+from ansible.module_utils.dflash_pep508 import canonical_name
+from ansible.module_utils.dflash_trash import remove_dirs
+from ansible.module_utils.dflash_wheels import LayerError
 
 # 2: overlays are computed (closure less what the parent provides); existing venvs hashed by what
 # they expose (importlib.metadata over their site dirs and .pth links)

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import json
 
-try:
-    from ansible.module_utils.dflash_router import listen_address, url_host
-    from ansible.module_utils.dflash_tp import nnodes_of
-except ImportError:
-    from dflash_router import listen_address, url_host
-    from dflash_tp import nnodes_of
+from ansible.module_utils.dflash_router import listen_address, url_host
+from ansible.module_utils.dflash_tp import nnodes_of
 
 
 def targets(fleet, routers=None) -> list:

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 
-try:
-    from ansible.module_utils.dflash_tp import nnodes_of, parse_addr
-except ImportError:
-    from dflash_tp import nnodes_of, parse_addr
+from ansible.module_utils.dflash_tp import nnodes_of, parse_addr
 
 # fields every rank must agree on (sglang starts one model across the ranks)
 SHARED_FIELDS = ("nnodes", "tp", "dist_init_addr", "model_path", "draft_model_path", "algorithm",

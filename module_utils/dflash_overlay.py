@@ -27,16 +27,10 @@ import re
 import shutil
 import stat
 
-try:
-    from ansible.module_utils.dflash_consistency import installed_distributions
-    from ansible.module_utils.dflash_pep440 import normalize_version, parse_version, same_version
-    from ansible.module_utils.dflash_pep508 import InvalidRequirement, Requirement, canonical_name
-    from ansible.module_utils.dflash_wheels import LayerError, supported_tags, wheel_entry, write_wheel
-except ImportError:  # pytest imports module_utils/ as plain modules
-    from dflash_consistency import installed_distributions
-    from dflash_pep440 import normalize_version, parse_version, same_version
-    from dflash_pep508 import InvalidRequirement, Requirement, canonical_name
-    from dflash_wheels import LayerError, supported_tags, wheel_entry, write_wheel
+from ansible.module_utils.dflash_consistency import installed_distributions
+from ansible.module_utils.dflash_pep440 import normalize_version, parse_version, same_version
+from ansible.module_utils.dflash_pep508 import InvalidRequirement, Requirement, canonical_name
+from ansible.module_utils.dflash_wheels import LayerError, supported_tags, wheel_entry, write_wheel
 
 STANDIN_GENERATOR = "dflash-deploy (stand-in of an installed distribution; never installed)"
 _PIN_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)\s*$")

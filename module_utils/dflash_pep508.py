@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import re
 
-try:
-    from ansible.module_utils.dflash_pep440 import InvalidSpecifier, Specifier, SpecifierSet
-except ImportError:  # pytest imports module_utils/ as plain modules
-    from dflash_pep440 import InvalidSpecifier, Specifier, SpecifierSet
+from ansible.module_utils.dflash_pep440 import InvalidSpecifier, Specifier, SpecifierSet
 
 MARKER_VARIABLES = (
     "implementation_name", "implementation_version", "os_name", "platform_machine",

@@ -17,12 +17,8 @@ import signal
 import subprocess
 import time
 
-try:
-    from ansible.module_utils.dflash_consistency import check, installed_distributions, shadowed
-    from ansible.module_utils.dflash_pep508 import MARKER_ENV_FUNC, canonical_name
-except ImportError:  # pytest imports module_utils/ as plain modules
-    from dflash_consistency import check, installed_distributions, shadowed
-    from dflash_pep508 import MARKER_ENV_FUNC, canonical_name
+from ansible.module_utils.dflash_consistency import check, installed_distributions, shadowed
+from ansible.module_utils.dflash_pep508 import MARKER_ENV_FUNC, canonical_name
 
 RESULT_TAG = "DFLASH_PROBE_RESULT "
 

@@ -27,12 +27,8 @@ import time
 import urllib.error
 import urllib.request
 
-try:
-    from ansible.module_utils.dflash_smoke import SmokeError, check_chat, judge
-    from ansible.module_utils.dflash_tp import nnodes_of
-except ImportError:
-    from dflash_smoke import SmokeError, check_chat, judge
-    from dflash_tp import nnodes_of
+from ansible.module_utils.dflash_smoke import SmokeError, check_chat, judge
+from ansible.module_utils.dflash_tp import nnodes_of
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
 INFLIGHT_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")

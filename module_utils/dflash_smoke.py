@@ -27,34 +27,16 @@ import time
 import urllib.error
 import urllib.request
 
-try:  # GET /health as the activation (and the boot guard, which runs it standalone) does it
-    from ansible.module_utils.dflash_release.activation import health as _health
-except ImportError:
-    from dflash_release.activation import health as _health
-try:  # a node rank > 0 of a multi-node instance has no HTTP API to smoke-test (dflash_tp.py)
-    from ansible.module_utils.dflash_tp import secondary_rank_record
-except ImportError:
-    from dflash_tp import secondary_rank_record
-try:  # the gates (output, speculative, performance): small files beside this one
-    from ansible.module_utils.dflash_gates import failed as gates_failed
-    from ansible.module_utils.dflash_gates import failure as gates_failure
-    from ansible.module_utils.dflash_gates import output_gates, perf_gates, release_context
-    from ansible.module_utils.dflash_gates import summary as gates_summary
-    from ansible.module_utils.dflash_gates_config import gate_errors, resolve
-    from ansible.module_utils.dflash_gates_perf import sample_body
-except ImportError:  # pytest / scripts: module_utils/ on sys.path
-    from dflash_gates import failed as gates_failed
-    from dflash_gates import failure as gates_failure
-    from dflash_gates import output_gates, perf_gates, release_context
-    from dflash_gates import summary as gates_summary
-    from dflash_gates_config import gate_errors, resolve
-    from dflash_gates_perf import sample_body
-try:
-    from ansible.module_utils.dflash_runner import parse_env_file
-    from ansible.module_utils.dflash_secrets import SECRET_FIELDS, env_file_secrets, redact
-except ImportError:  # pytest: module_utils/ on sys.path
-    from dflash_runner import parse_env_file
-    from dflash_secrets import SECRET_FIELDS, env_file_secrets, redact
+from ansible.module_utils.dflash_gates import failed as gates_failed
+from ansible.module_utils.dflash_gates import failure as gates_failure
+from ansible.module_utils.dflash_gates import output_gates, perf_gates, release_context
+from ansible.module_utils.dflash_gates import summary as gates_summary
+from ansible.module_utils.dflash_gates_config import gate_errors, resolve
+from ansible.module_utils.dflash_gates_perf import sample_body
+from ansible.module_utils.dflash_release.activation import health as _health
+from ansible.module_utils.dflash_runner import parse_env_file
+from ansible.module_utils.dflash_secrets import SECRET_FIELDS, env_file_secrets, redact
+from ansible.module_utils.dflash_tp import secondary_rank_record
 
 API_KEY_VAR = SECRET_FIELDS["api_key"][0]
 

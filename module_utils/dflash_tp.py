@@ -19,10 +19,7 @@ import json
 import os
 import re
 
-try:
-    from ansible.module_utils.dflash_topo import describe_links, gpu_set_facts
-except ImportError:
-    from dflash_topo import describe_links, gpu_set_facts
+from ansible.module_utils.dflash_topo import describe_links, gpu_set_facts
 
 TP_KEYS = {"nnodes", "node_rank", "dist_init_addr", "metrics"}
 # flags set from these fields: extra_args / pin_flags must not set them too

@@ -22,16 +22,10 @@ import secrets
 import shutil
 import zipfile
 
-try:
-    from ansible.module_utils.dflash_layers import FORMAT, default_runner, sha256_json
-    from ansible.module_utils.dflash_overlay import freeze, resolve, uv_options_canonical
-    from ansible.module_utils.dflash_pep508 import canonical_name
-    from ansible.module_utils.dflash_wheels import LayerError, sha256_file
-except ImportError:  # pytest imports module_utils/ as plain modules
-    from dflash_layers import FORMAT, default_runner, sha256_json
-    from dflash_overlay import freeze, resolve, uv_options_canonical
-    from dflash_pep508 import canonical_name
-    from dflash_wheels import LayerError, sha256_file
+from ansible.module_utils.dflash_layers import FORMAT, default_runner, sha256_json
+from ansible.module_utils.dflash_overlay import freeze, resolve, uv_options_canonical
+from ansible.module_utils.dflash_pep508 import canonical_name
+from ansible.module_utils.dflash_wheels import LayerError, sha256_file
 
 
 def wheelhouse_key(spec, target, parent_freeze=None):

@@ -13,10 +13,7 @@ import re
 import zipfile
 from urllib.parse import unquote
 
-try:
-    from ansible.module_utils.dflash_pep508 import canonical_name
-except ImportError:  # pytest imports module_utils/ as plain modules
-    from dflash_pep508 import canonical_name
+from ansible.module_utils.dflash_pep508 import canonical_name
 
 
 class LayerError(Exception):

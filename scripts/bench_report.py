@@ -13,10 +13,11 @@ import json
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-import dflash_bench.charts
-import dflash_bench.report
+ansible.module_utils.__path__.append(str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
+
+from ansible.module_utils.dflash_bench import charts, report
 
 
 def main(argv=None):
@@ -30,15 +31,15 @@ def main(argv=None):
     i.add_argument("png")
     a = ap.parse_args(argv)
     if a.cmd == "inspect":
-        text = dflash_bench.charts.png_text(a.png)
+        text = charts.png_text(a.png)
         print(json.dumps(json.loads(text.get("Description", "{}")), indent=1))
         return 0
     try:
-        summary = dflash_bench.report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)
+        summary = report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)
     except (OSError, ValueError) as exc:
         print(f"{a.run_dir}: cannot render the report: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(dflash_bench.report.lines(summary)))
+    print("\n".join(report.lines(summary)))
     return 0
 
 

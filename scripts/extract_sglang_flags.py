@@ -21,12 +21,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+
+ansible.module_utils.__path__.append(str(REPO / "module_utils"))
 sys.path.insert(0, str(REPO / "tests"))
 
-import dflash_tree.disk
-import dflash_tree.series
-import dflash_tree.wheel
+from ansible.module_utils.dflash_tree import disk, series
+from ansible.module_utils.dflash_tree import wheel as tree_wheel
 
 SERVER_ARGS = "sglang/srt/server_args.py"
 SWITCH_ACTIONS = {"store_true", "store_false", "store_const", "count", "help", "version"}
@@ -79,8 +80,8 @@ def extract_flags(source: str | bytes) -> list[tuple[str, str, str]]:
 
 
 def patched_server_args(wheel: str, patches_dir: str) -> tuple[bytes, str]:
-    patches = dflash_tree.series.read_series_dir(patches_dir)
-    plan = dflash_tree.wheel.plan_wheel(wheel, None, patches)
+    patches = series.read_series_dir(patches_dir)
+    plan = tree_wheel.plan_wheel(wheel, None, patches)
     try:
         data = plan["contents"].get(SERVER_ARGS)
         if data is None:
@@ -89,7 +90,7 @@ def patched_server_args(wheel: str, patches_dir: str) -> tuple[bytes, str]:
         rel = rel.relative_to(REPO) if rel.is_relative_to(REPO) else rel
         return data, f"{plan['wheel'].name} + the series in {rel}" if patches else plan["wheel"].name
     finally:
-        dflash_tree.disk.close_plan(plan)
+        disk.close_plan(plan)
 
 
 def render(rows, origin: str, version: str) -> str:

@@ -11,8 +11,10 @@ import json
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
-import dflash_runner as R
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+
+ansible.module_utils.__path__.append(str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
+from ansible.module_utils import dflash_runner as R
 
 
 def main():

@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+
+ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 
 MODEL = "/dev/shm/Qwen3.6-27B"
 DRAFT = "/dev/shm/Qwen3.6-27B-DFlash"  # DFlash draft, block_size 16 (the seeds')
@@ -62,8 +64,8 @@ def _instances(gpus):
 def validator_errors(inst, fp, rules):
     """dflash_instances' own validation of one instance, with the drafts' block sizes read from their
     config.json as library/dflash_instances_facts.py does (BLOCKS when the folders are not there)."""
-    from dflash_instances.host import draft_block_size
-    from dflash_instances.validate import validate_instances
+    from ansible.module_utils.dflash_instances.host import draft_block_size
+    from ansible.module_utils.dflash_instances.validate import validate_instances
 
     drafts = {}
     for d, block in BLOCKS.items():
@@ -80,10 +82,10 @@ def validator_errors(inst, fp, rules):
 
 def make_cases(python, pythonpath):
     import yaml
-    from dflash_fingerprint.collect import collect_raw, read_capture
-    from dflash_fingerprint.merge import fingerprint_from_raw
-    from dflash_instances.flags import plan_instance
-    from dflash_instances.host import sgl_kernel_facts
+    from ansible.module_utils.dflash_fingerprint.collect import collect_raw, read_capture
+    from ansible.module_utils.dflash_fingerprint.merge import fingerprint_from_raw
+    from ansible.module_utils.dflash_instances.flags import plan_instance
+    from ansible.module_utils.dflash_instances.host import sgl_kernel_facts
 
     rules = yaml.safe_load((ROOT / "roles/dflash_instances/vars/main.yml").read_text())["__dflash_instances_rules"]
     cases, notes = [], {}
@@ -93,7 +95,7 @@ def make_cases(python, pythonpath):
         live_fp, notes["live_fingerprint_error"] = None, f"{type(exc).__name__}: {exc}"
     live_probe = None
     try:
-        from dflash_probe import run_probe
+        from ansible.module_utils.dflash_probe import run_probe
         live_probe = run_probe(python, pythonpath or None, timeout=240)
     except Exception as exc:  # noqa: BLE001 - recorded
         notes["live_probe_error"] = f"{type(exc).__name__}: {exc}"

@@ -66,28 +66,27 @@ STEP_PHASES = ("prepare_ms", "target_ms", "verify_ms", "draft_append_ms")
 
 
 def prepare(args):
-    sys.path.insert(0, os.path.join(REPO, "module_utils"))
-    import dflash_tree.common
-    import dflash_tree.diff
-    import dflash_tree.series
+    import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+    ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
+    from ansible.module_utils.dflash_tree import common, diff, series
 
     tree = os.path.join(args.work, "tree")
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
     shutil.copytree(os.path.join(args.site, "sglang"), os.path.join(tree, "sglang"), symlinks=True)
     series_dir = os.path.join(REPO, args.series)
-    patches = dflash_tree.series.read_series_dir(series_dir)
+    patches = series.read_series_dir(series_dir)
     for name in ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch"):  # if the series lacks them yet
         if name not in {p["name"] for p in patches}:
             with open(os.path.join(series_dir, name), "rb") as fh:
                 content = fh.read()
-            patches.append({"name": name, "content": content, "sha256": dflash_tree.common.sha256_bytes(content)})
+            patches.append({"name": name, "content": content, "sha256": common.sha256_bytes(content)})
 
     def read_file(rel):
         path = os.path.join(tree, rel)
         return open(path, "rb").read() if os.path.isfile(path) else None
 
-    contents, _pristine, touched = dflash_tree.diff.apply_series(read_file, patches)
+    contents, _pristine, touched = diff.apply_series(read_file, patches)
     for rel, data in contents.items():
         path = os.path.join(tree, rel)
         if data is None:
@@ -100,7 +99,7 @@ def prepare(args):
     info = {
         "patches": [{"name": p["name"], "sha256": p["sha256"]} for p in patches],
         "touched": touched,
-        "files": {rel: dflash_tree.common.sha256_bytes(data) for rel, data in contents.items() if data is not None},
+        "files": {rel: common.sha256_bytes(data) for rel, data in contents.items() if data is not None},
     }
     write_json(os.path.join(args.out, "tree.json"), info)
     print(f"[prepare] applied {len(patches)} patches to {tree}: {sorted(touched)}", flush=True)

@@ -22,9 +22,11 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-from dflash_diagnose.engine import diagnose_text
+ansible.module_utils.__path__.append(os.path.join(HERE, "..", "..", "module_utils"))
+
+from ansible.module_utils.dflash_diagnose.engine import diagnose_text
 
 PY = sys.executable
 

@@ -6,13 +6,14 @@ import os
 import pathlib
 import shlex
 import subprocess
-import sys
 import time
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "module_utils"))
-import dflash_runner
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+
+ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
+from ansible.module_utils import dflash_runner
 
 CURRENT = pathlib.Path(os.environ.get("DFLASH_CURRENT", "/opt/dflash/current"))  # overridable for a CPU dry run
 

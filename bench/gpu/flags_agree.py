@@ -23,9 +23,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-import dflash_server_flags as sf
+ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
+
+from ansible.module_utils import dflash_server_flags as sf
 
 BASE = ["--model-path", "/dev/shm/Qwen3.6-27B", "--host", "127.0.0.1", "--port", "30001", "--tp-size", "1"]
 CASES = [

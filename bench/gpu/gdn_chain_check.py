@@ -44,17 +44,17 @@ REL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
 def wheel_and_series(rel):
     """(the pinned wheel's bytes of `rel`, its bytes after the committed series or None where the series leaves
     it alone, the number of patches applied)."""
-    sys.path.insert(0, os.path.join(REPO, "module_utils"))
+    import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
+    ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
     sys.path.insert(0, os.path.join(REPO, "tests"))
-    import dflash_tree.diff
-    import dflash_tree.series
-    import dflash_tree.wheel
     import sglang_wheel
+    from ansible.module_utils.dflash_tree import diff, series
+    from ansible.module_utils.dflash_tree import wheel as tree_wheel
 
-    wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    wheel = tree_wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
-        patches = dflash_tree.series.read_series_dir(str(sglang_wheel.PATCH_DIR))
-        contents, _, _ = dflash_tree.diff.apply_series(wheel.read, patches)
+        patches = series.read_series_dir(str(sglang_wheel.PATCH_DIR))
+        contents, _, _ = diff.apply_series(wheel.read, patches)
         return wheel.read(rel), contents.get(rel), len(patches)
     finally:
         wheel.close()

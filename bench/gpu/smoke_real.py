@@ -19,10 +19,12 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-import dflash_diagnose.engine
-import dflash_smoke
+ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
+
+from ansible.module_utils import dflash_smoke
+from ansible.module_utils.dflash_diagnose import engine
 
 OUT = sys.argv[1]
 MODELS = os.path.join(OUT, "models")
@@ -121,7 +123,7 @@ def main():
         res = wait(srv, port, float(os.environ.get("CRASH_TIMEOUT", "240")))
         with open(srv.log_path, errors="replace") as fh:
             text = fh.read()
-        diag = dflash_diagnose.engine.diagnose_text(text, source=srv.log_path)
+        diag = engine.diagnose_text(text, source=srv.log_path)
         summary["crash"] = {"verdict": res["verdict"], "seconds_from_start": round(time.time() - srv.t0, 2),
                             "wait_s": res["seconds"], "exit": srv.p.poll(),
                             "diagnosis": {k: diag.get(k) for k in ("cause", "summary", "remedy", "evidence")}}

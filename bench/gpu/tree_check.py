@@ -29,11 +29,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(REPO / "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-import dflash_tree.disk
-import dflash_tree.series
-import dflash_tree.wheel
+ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+
+from ansible.module_utils.dflash_tree import disk
+from ansible.module_utils.dflash_tree import series as tree_series
+from ansible.module_utils.dflash_tree import wheel as tree_wheel
 
 sys.path.insert(0, str(REPO / "scripts" / "gpu"))
 import make_models
@@ -79,12 +81,12 @@ print("RESULT " + json.dumps(out, default=str))
 
 
 def build(wheel, patches, trees):
-    plan = dflash_tree.wheel.plan_wheel(wheel, None, patches)
+    plan = tree_wheel.plan_wheel(wheel, None, patches)
     try:
-        first = dflash_tree.disk.ensure_tree(plan, trees)
-        second = dflash_tree.disk.ensure_tree(plan, trees)
+        first = disk.ensure_tree(plan, trees)
+        second = disk.ensure_tree(plan, trees)
     finally:
-        dflash_tree.disk.close_plan(plan)
+        disk.close_plan(plan)
     tree = first["tree"]["path"]
     compiled = []
     for rel, entry in sorted(first["manifest"]["files"].items()):
@@ -137,7 +139,7 @@ def main():
     target, draft, draft32 = (Path(paths[n]) for n in ("target", "draft", "draft32"))
 
     shutil.rmtree(work / "trees", ignore_errors=True)  # so the first build really builds
-    series = dflash_tree.series.read_series_dir(str(PATCH_DIR))
+    series = tree_series.read_series_dir(str(PATCH_DIR))
     assert [p["name"] for p in series[:2]] == REGISTRATION, [p["name"] for p in series]
     trees = {
         "registration": build(args.wheel, series[:2], str(work / "trees")),

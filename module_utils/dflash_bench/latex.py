@@ -11,10 +11,7 @@ import os
 import shutil
 import subprocess
 
-try:
-    from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
-except ImportError:
-    from dflash_bench.charts import STANDIN_STAMP
+from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
 
 TEX_HINT = "apt-get install --no-install-recommends texlive-latex-base (Debian/Ubuntu), then re-render"
 _ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",

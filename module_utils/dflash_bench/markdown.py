@@ -3,10 +3,7 @@ the failed cells with their diagnosis, the charts, the full flags, the compariso
 
 from __future__ import annotations
 
-try:
-    from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
-except ImportError:
-    from dflash_bench.charts import STANDIN_STAMP
+from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
 
 
 def _v(value, fmt="{:.1f}"):

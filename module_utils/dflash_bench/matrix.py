@@ -12,12 +12,8 @@ from __future__ import annotations
 import itertools
 import re
 
-try:  # the instance schema's algorithms and DDTree modes: one definition (dflash_instances/fields.py)
-    from ansible.module_utils.dflash_instances.fields import ALGORITHMS as _INSTANCE_ALGORITHMS
-    from ansible.module_utils.dflash_instances.fields import DDTREE_MODES
-except ImportError:
-    from dflash_instances.fields import ALGORITHMS as _INSTANCE_ALGORITHMS
-    from dflash_instances.fields import DDTREE_MODES
+from ansible.module_utils.dflash_instances.fields import ALGORITHMS as _INSTANCE_ALGORITHMS
+from ansible.module_utils.dflash_instances.fields import DDTREE_MODES
 
 ALGORITHMS = tuple(sorted(_INSTANCE_ALGORITHMS, key=("NONE", "DFLASH", "DDTREE").index))  # report order
 WORKLOADS = ("seeds", "random", "agent")

@@ -10,21 +10,12 @@ Pure functions; no Ansible import.
 
 from __future__ import annotations
 
-try:
-    from ansible.module_utils.dflash_bench import matrix as mx
-    from ansible.module_utils.dflash_bench.flags import FlagsError, config_command, get_flag
-    from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
-    from ansible.module_utils.dflash_release.envfile import render_env_file
-    from ansible.module_utils.dflash_release.manifest import ReleaseError, fingerprint_digest
-    from ansible.module_utils.dflash_smoke import endpoint, expected_algorithm
-except ImportError:
-    from dflash_fingerprint.gate import check_requested_gpus
-    from dflash_release.envfile import render_env_file
-    from dflash_release.manifest import ReleaseError, fingerprint_digest
-    from dflash_smoke import endpoint, expected_algorithm
-
-    from dflash_bench import matrix as mx
-    from dflash_bench.flags import FlagsError, config_command, get_flag
+from ansible.module_utils.dflash_bench import matrix as mx
+from ansible.module_utils.dflash_bench.flags import FlagsError, config_command, get_flag
+from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
+from ansible.module_utils.dflash_release.envfile import render_env_file
+from ansible.module_utils.dflash_release.manifest import ReleaseError, fingerprint_digest
+from ansible.module_utils.dflash_smoke import endpoint, expected_algorithm
 
 BLOCK_FLAGS = ("--speculative-dflash-block-size", "--speculative-num-draft-tokens")
 DEFAULT_BLOCK = 16  # sglang's DFlash block when neither the flags nor the draft's config.json say

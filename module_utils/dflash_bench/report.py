@@ -10,16 +10,10 @@ from __future__ import annotations
 import json
 import os
 
-try:
-    from ansible.module_utils.dflash_bench import latex, markdown
-    from ansible.module_utils.dflash_bench import results as res
-    from ansible.module_utils.dflash_bench.charts import draw_all
-    from ansible.module_utils.dflash_bench.workloads import describe
-except ImportError:
-    from dflash_bench import latex, markdown
-    from dflash_bench import results as res
-    from dflash_bench.charts import draw_all
-    from dflash_bench.workloads import describe
+from ansible.module_utils.dflash_bench import latex, markdown
+from ansible.module_utils.dflash_bench import results as res
+from ansible.module_utils.dflash_bench.charts import draw_all
+from ansible.module_utils.dflash_bench.workloads import describe
 
 
 def render_run(run_dir, compare_to=None, results_dir=None, pdf=True, charts=True) -> dict:

@@ -19,10 +19,7 @@ import json
 import os
 import re
 
-try:
-    from ansible.module_utils.dflash_bench.stats import ratio
-except ImportError:
-    from dflash_bench.stats import ratio
+from ansible.module_utils.dflash_bench.stats import ratio
 
 SECRET_ENV_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 SECRET_FLAGS = ("--api-key", "--admin-api-key")

@@ -16,10 +16,7 @@ from __future__ import annotations
 import json
 import random
 
-try:  # the seeds' prompt, the one the smoke test sends
-    from ansible.module_utils.dflash_smoke import FIBONACCI_PROMPT
-except ImportError:
-    from dflash_smoke import FIBONACCI_PROMPT
+from ansible.module_utils.dflash_smoke import FIBONACCI_PROMPT
 
 SEED_PROMPTS = (
     ("fibonacci", FIBONACCI_PROMPT),

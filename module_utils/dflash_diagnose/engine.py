@@ -6,11 +6,11 @@ from __future__ import annotations
 import bisect
 import os
 
-from .facts import _collect_facts
-from .fill import _clip, _evidence, _fill
-from .rule import Rule
-from .rules import RULES
-from .scan import (
+from ansible.module_utils.dflash_diagnose.facts import _collect_facts
+from ansible.module_utils.dflash_diagnose.fill import _clip, _evidence, _fill
+from ansible.module_utils.dflash_diagnose.rule import Rule
+from ansible.module_utils.dflash_diagnose.rules import RULES
+from ansible.module_utils.dflash_diagnose.scan import (
     CONTEXT_AFTER,
     CONTEXT_BEFORE,
     DEFAULT_MAX_BYTES,
@@ -22,7 +22,7 @@ from .scan import (
     _split_lines,
     read_log,
 )
-from .unknown import (
+from ansible.module_utils.dflash_diagnose.unknown import (
     _OS_ERROR_RE,
     _first_generic_failure,
     _first_traceback,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .rule import _rx
+from ansible.module_utils.dflash_diagnose.rule import _rx
 
 _FACT_RES: list[tuple[str, re.Pattern]] = [
     ("sm", _rx(r"(?:compute capability|CUDA capability|capability)[: =(]+(?P<v>\d{1,2}\.\d|\d{2,3})\b")),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-from . import rules_startup as _startup
-from .facts import _norm_sm
-from .scan import (
+from ansible.module_utils.dflash_diagnose import rules_startup as _startup
+from ansible.module_utils.dflash_diagnose.facts import _norm_sm
+from ansible.module_utils.dflash_diagnose.scan import (
     GENERIC_FATAL_RE,
     INCIDENT_LINES,
     MAX_EVIDENCE,

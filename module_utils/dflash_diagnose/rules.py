@@ -7,8 +7,8 @@ tried against the table: add a keyword when a new pattern's words are not there 
 
 from __future__ import annotations
 
-from . import rules_startup as _startup
-from .rule import Rule, _rx
+from ansible.module_utils.dflash_diagnose import rules_startup as _startup
+from ansible.module_utils.dflash_diagnose.rule import Rule, _rx
 
 CAUSES = (
     "missing_module",

@@ -9,9 +9,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .facts import _FACT_KEYWORDS
-from .rule import Rule
-from .rules import RULE_KEYWORDS, RULES
+from ansible.module_utils.dflash_diagnose.facts import _FACT_KEYWORDS
+from ansible.module_utils.dflash_diagnose.rule import Rule
+from ansible.module_utils.dflash_diagnose.rules import RULE_KEYWORDS, RULES
 
 # A strong match of higher priority this many lines after the first one is taken as the same
 # incident (e.g. the "undefined symbol" line a few lines after sgl_kernel's CRITICAL banner).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import re
 
-from .scan import GENERIC_FATAL_RE, NOISE_RE, _Line, _match_line
+from ansible.module_utils.dflash_diagnose.scan import GENERIC_FATAL_RE, NOISE_RE, _Line, _match_line
 
 _GENERIC_HINTS = ("Error", "Exception", "Interrupt", "SystemExit", "Segmentation", "core dumped", "Fatal",
                   "terminate called", "Aborted", "ERROR", "FATAL", "CRITICAL", "exited, code=", "Failed with",

@@ -12,5 +12,5 @@ import; ``collect`` runs the tools (on the host or the controller), everything e
 - ``collect``: running the tools, capture folders (write, replay)
 - ``gate``: requested GPUs and the layers' CUDA against the fingerprint
 - ``report``: the verdict of a host and the fleet report
-- ``__main__``: ``PYTHONPATH=module_utils python3 -m dflash_fingerprint --capture-dir DIR | --replay-dir DIR``
+- ``cli``: ``scripts/fingerprint.py --capture-dir DIR | --replay-dir DIR``
 """

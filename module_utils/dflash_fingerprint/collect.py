@@ -10,19 +10,18 @@ import shutil
 import subprocess
 import time
 
-try:  # the unit of a process (cgroup, or runner-managed on hosts without systemd): dflash_runner.py
-    from ansible.module_utils.dflash_runner import process_unit
-except ImportError:
-    from dflash_runner import process_unit
-try:  # nvidia-smi topo -m / -p2p r (dflash_topo.py)
-    from ansible.module_utils.dflash_topo import collect_topology
-except ImportError:
-    from dflash_topo import collect_topology
-
-from .parse import parse_apps_csv, parse_nvcc, parse_smi_table
-from .smi_errors import smi_error
-from .tables import APPS_FIELDS, FILES, QUERY_FIELDS, QUERY_FIELDS_OLD, SMI_FALLBACKS
-from .values import vtuple
+from ansible.module_utils.dflash_fingerprint.parse import parse_apps_csv, parse_nvcc, parse_smi_table
+from ansible.module_utils.dflash_fingerprint.smi_errors import smi_error
+from ansible.module_utils.dflash_fingerprint.tables import (
+    APPS_FIELDS,
+    FILES,
+    QUERY_FIELDS,
+    QUERY_FIELDS_OLD,
+    SMI_FALLBACKS,
+)
+from ansible.module_utils.dflash_fingerprint.values import vtuple
+from ansible.module_utils.dflash_runner import process_unit
+from ansible.module_utils.dflash_topo import collect_topology
 
 TORCH_PROBE = (
     "import json\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .tables import (
+from ansible.module_utils.dflash_fingerprint.tables import (
     BUSY_THRESHOLD_MIB,
     EXCLUSIVE_CONTEXT_MIB,
     MIN_DRIVER,
@@ -12,7 +12,7 @@ from .tables import (
     SM_MAX_CUDA_MAJOR,
     SM_MIN_CUDA,
 )
-from .values import _is_l4t, _range_text, version_ge, vtuple
+from ansible.module_utils.dflash_fingerprint.values import _is_l4t, _range_text, version_ge, vtuple
 
 
 def _foreign(gpu, own_unit=None):

@@ -5,12 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-try:  # nvidia-smi topo -m / -p2p r (dflash_topo.py)
-    from ansible.module_utils.dflash_topo import parse_topology
-except ImportError:
-    from dflash_topo import parse_topology
-
-from .parse import (
+from ansible.module_utils.dflash_fingerprint.parse import (
     parse_apps_csv,
     parse_glibc,
     parse_nvcc,
@@ -22,8 +17,16 @@ from .parse import (
     parse_torch,
     torch_problems,
 )
-from .smi_errors import smi_error, unreachable_gpus
-from .values import _is_l4t, _memory_slice_note, arch_of, cuda_of_driver, sm_from_name, vtuple
+from ansible.module_utils.dflash_fingerprint.smi_errors import smi_error, unreachable_gpus
+from ansible.module_utils.dflash_fingerprint.values import (
+    _is_l4t,
+    _memory_slice_note,
+    arch_of,
+    cuda_of_driver,
+    sm_from_name,
+    vtuple,
+)
+from ansible.module_utils.dflash_topo import parse_topology
 
 
 def fingerprint_from_raw(raw: dict) -> dict:

@@ -6,8 +6,16 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
-from .smi_errors import smi_error, unreachable_gpus
-from .values import _BAD_VALUE, _clean, _int, _range_text, norm_bus_id, placeholder, vtuple
+from ansible.module_utils.dflash_fingerprint.smi_errors import smi_error, unreachable_gpus
+from ansible.module_utils.dflash_fingerprint.values import (
+    _BAD_VALUE,
+    _clean,
+    _int,
+    _range_text,
+    norm_bus_id,
+    placeholder,
+    vtuple,
+)
 
 _QUERY_KEYS = {"index": "index", "name": "name", "gpu_name": "name", "uuid": "uuid", "gpu_uuid": "uuid",
                "pci.bus_id": "bus", "gpu_bus_id": "bus", "compute_cap": "cc", "driver_version": "driver",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .gate import gpu_busy_reason
+from ansible.module_utils.dflash_fingerprint.gate import gpu_busy_reason
 
 
 def host_verdict(fp, refusals=None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .values import norm_bus_id
+from ansible.module_utils.dflash_fingerprint.values import norm_bus_id
 
 _ERROR_PATTERNS = [
     (r"Driver/library version mismatch", ("driver/library version mismatch (NVML and kernel module differ; "

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-try:  # nvidia-smi topo -m / -p2p r (dflash_topo.py)
-    from ansible.module_utils.dflash_topo import TOPO_FILES
-except ImportError:
-    from dflash_topo import TOPO_FILES
-
+from ansible.module_utils.dflash_topo import TOPO_FILES
 
 QUERY_FIELDS = "index,name,uuid,pci.bus_id,compute_cap,driver_version,memory.total,memory.used"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .tables import ARCH_BY_SM, ARCH_NAMES, BRANCH_CUDA, NAME_SM
+from ansible.module_utils.dflash_fingerprint.tables import ARCH_BY_SM, ARCH_NAMES, BRANCH_CUDA, NAME_SM
 
 _BAD_VALUE = re.compile(r"ERR!|Unknown Error|GPU is lost|requires reset|\[Unknown|Not Found", re.IGNORECASE)
 

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import re
 
-try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
-    from ansible.module_utils import dflash_tp as _tp
-except ImportError:
-    import dflash_tp as _tp
-
+from ansible.module_utils import dflash_tp as _tp
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
 DDTREE_MODES = ("tree", "shadow-linear")

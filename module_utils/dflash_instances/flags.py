@@ -4,23 +4,10 @@ Pure functions, no Ansible import."""
 
 from __future__ import annotations
 
-try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
-    from ansible.module_utils import dflash_tp as _tp
-except ImportError:
-    import dflash_tp as _tp
-try:  # API keys stay out of the arguments (module_utils/dflash_secrets.py)
-    from ansible.module_utils import dflash_secrets
-except ImportError:
-    import dflash_secrets
-try:
-    from ansible.module_utils.dflash_instances import fields as _fields
-except ImportError:
-    from dflash_instances import fields as _fields
-try:
-    from ansible.module_utils.dflash_instances import rules as _rules
-except ImportError:
-    from dflash_instances import rules as _rules
-
+from ansible.module_utils import dflash_secrets
+from ansible.module_utils import dflash_tp as _tp
+from ansible.module_utils.dflash_instances import fields as _fields
+from ansible.module_utils.dflash_instances import rules as _rules
 
 # --------------------------------------------------------------------------- flags fact
 

@@ -11,25 +11,11 @@ import os
 import re
 import subprocess
 
-try:  # the unit of a process (cgroup, or runner-managed on hosts without systemd): dflash_runner.py
-    from ansible.module_utils.dflash_runner import process_unit, unit_from_cgroup
-except ImportError:
-    from dflash_runner import process_unit, unit_from_cgroup  # noqa: F401
-try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
-    from ansible.module_utils import dflash_tp as _tp
-except ImportError:
-    import dflash_tp as _tp
-try:  # the target's config.json; free space
-    from ansible.module_utils import dflash_diskspace
-    from ansible.module_utils.dflash_model import target_facts
-except ImportError:
-    import dflash_diskspace
-    from dflash_model import target_facts
-try:
-    from ansible.module_utils.dflash_instances import fields as _fields
-except ImportError:
-    from dflash_instances import fields as _fields
-
+from ansible.module_utils import dflash_diskspace
+from ansible.module_utils import dflash_tp as _tp
+from ansible.module_utils.dflash_instances import fields as _fields
+from ansible.module_utils.dflash_model import target_facts
+from ansible.module_utils.dflash_runner import process_unit
 
 # --------------------------------------------------------------------------- host facts (read-only)
 

@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import re
 
-try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
-    from ansible.module_utils import dflash_tp as _tp
-except ImportError:
-    import dflash_tp as _tp
-try:  # the target's config.json: hybrid (linear-attention) targets
-    from ansible.module_utils.dflash_model import radix_cache_disabled
-except ImportError:
-    from dflash_model import radix_cache_disabled
-try:
-    from ansible.module_utils.dflash_instances import fields as _fields
-except ImportError:
-    from dflash_instances import fields as _fields
-
+from ansible.module_utils import dflash_tp as _tp
+from ansible.module_utils.dflash_instances import fields as _fields
+from ansible.module_utils.dflash_model import radix_cache_disabled
 
 # --------------------------------------------------------------------------- rules
 

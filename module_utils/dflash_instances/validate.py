@@ -4,27 +4,11 @@ Pure functions, no Ansible import."""
 
 from __future__ import annotations
 
-try:  # tensor parallel / multi-node fields, their checks, rule facts and flags: dflash_tp.py
-    from ansible.module_utils import dflash_tp as _tp
-except ImportError:
-    import dflash_tp as _tp
-try:  # the instance's smoke_gates field (module_utils/dflash_gates_config.py)
-    from ansible.module_utils.dflash_gates_config import gate_errors
-except ImportError:
-    from dflash_gates_config import gate_errors
-try:  # the target's config.json: hybrid (linear-attention) targets
-    from ansible.module_utils.dflash_model import attention_backend_errors, hybrid_instance_errors
-except ImportError:
-    from dflash_model import attention_backend_errors, hybrid_instance_errors
-try:  # flags against the parser, env, secrets, bind address, resolved paths
-    from ansible.module_utils import dflash_checks
-except ImportError:
-    import dflash_checks
-try:
-    from ansible.module_utils.dflash_instances import fields as _fields
-except ImportError:
-    from dflash_instances import fields as _fields
-
+from ansible.module_utils import dflash_checks
+from ansible.module_utils import dflash_tp as _tp
+from ansible.module_utils.dflash_gates_config import gate_errors
+from ansible.module_utils.dflash_instances import fields as _fields
+from ansible.module_utils.dflash_model import attention_backend_errors, hybrid_instance_errors
 
 # --------------------------------------------------------------------------- validation
 
@@ -299,8 +283,5 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
 
 def default_gpu_checker():
     """check_requested_gpus from the fingerprint stage (module_utils/dflash_fingerprint/)."""
-    try:
-        from dflash_fingerprint.gate import check_requested_gpus
-    except ImportError:  # pragma: no cover - inside an AnsiballZ payload
-        from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
+    from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
     return check_requested_gpus

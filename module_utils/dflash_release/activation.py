@@ -202,10 +202,7 @@ def read_manifest(prefix: str, release_id: str | None) -> dict:
 def _smoke():
     """module_utils/dflash_smoke.py (arguments, endpoints), imported when needed: the boot guard runs this
     file on its own and never needs it."""
-    try:
-        from ansible.module_utils import dflash_smoke
-    except ImportError:
-        import dflash_smoke
+    from ansible.module_utils import dflash_smoke
     return dflash_smoke
 
 
@@ -266,12 +263,8 @@ class Runner:
 
     def __init__(self, run_dir="/run/dflash", stop=None, show=None):
         if stop is None or show is None:
-            try:
-                from ansible.module_utils.dflash_runner import show as _show
-                from ansible.module_utils.dflash_runner import stop as _stop
-            except ImportError:
-                from dflash_runner import show as _show
-                from dflash_runner import stop as _stop
+            from ansible.module_utils.dflash_runner import show as _show
+            from ansible.module_utils.dflash_runner import stop as _stop
             stop, show = stop or _stop, show or _show
         self.run_dir, self._stop, self._show = run_dir, stop, show
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .manifest import ENV_KEY_RE, ReleaseError
+from ansible.module_utils.dflash_release.manifest import ENV_KEY_RE, ReleaseError
 
 
 def _quote_env_value(value: str) -> str:

@@ -11,11 +11,7 @@ import hashlib
 import json
 import re
 
-try:
-    from ansible.module_utils.dflash_secrets import MASK, is_secret_env
-except ImportError:  # pytest / the controller: module_utils/ on sys.path
-    from dflash_secrets import MASK, is_secret_env
-
+from ansible.module_utils.dflash_secrets import MASK, is_secret_env
 
 SCHEMA = 1
 

@@ -9,14 +9,9 @@ import os
 import re
 import shutil
 
-try:
-    from ansible.module_utils.dflash_secrets import load_salt, salted
-except ImportError:  # pytest / the controller: module_utils/ on sys.path
-    from dflash_secrets import load_salt, salted
-
-from .activation import current_target as current_id
-from .envfile import render_env_file
-from .manifest import (
+from ansible.module_utils.dflash_release.activation import current_target as current_id
+from ansible.module_utils.dflash_release.envfile import render_env_file
+from ansible.module_utils.dflash_release.manifest import (
     INSTANCE_NAME_RE,
     MANIFEST,
     RELEASE_ID_RE,
@@ -28,7 +23,7 @@ from .manifest import (
     diff_manifests,
     make_release_id,
 )
-from .order import (
+from ansible.module_utils.dflash_release.order import (
     changed_instances,
     find_reusable,
     next_sequence,
@@ -37,7 +32,7 @@ from .order import (
     referenced_paths,
     rollback_target,
 )
-from .store import (
+from ansible.module_utils.dflash_release.store import (
     iso,
     load_releases,
     load_statuses,
@@ -49,6 +44,7 @@ from .store import (
     write_file_atomic,
     write_release,
 )
+from ansible.module_utils.dflash_secrets import load_salt, salted
 
 
 def sweep_staging(prefix: str) -> list:

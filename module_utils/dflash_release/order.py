@@ -3,7 +3,7 @@ keep-N, pruning plans, the rollback target."""
 
 from __future__ import annotations
 
-from .manifest import ReleaseError
+from ansible.module_utils.dflash_release.manifest import ReleaseError
 
 
 def order_key(manifest: dict):

@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 
-from .manifest import MANIFEST, STATUS, ReleaseError
+from ansible.module_utils.dflash_release.manifest import MANIFEST, STATUS, ReleaseError
 
 
 def releases_dir(prefix: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import re
 
-from .common import PACKAGE, PatchError, sha256_bytes
+from ansible.module_utils.dflash_tree.common import PACKAGE, PatchError, sha256_bytes
 
 MAX_OFFSET = None  # search the whole file, nearest first (what `patch` does); no fuzz
 

@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 
-from .common import (
+from ansible.module_utils.dflash_tree.common import (
     FILES_LIST,
     MANIFEST,
     MANIFEST_FORMAT,
@@ -18,8 +18,8 @@ from .common import (
     sha256_bytes,
     sha256_file,
 )
-from .source import _walk_files
-from .wheel import files_listing
+from ansible.module_utils.dflash_tree.source import _walk_files
+from ansible.module_utils.dflash_tree.wheel import files_listing
 
 
 def read_manifest(tree_dir):

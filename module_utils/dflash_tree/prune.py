@@ -9,15 +9,9 @@ from __future__ import annotations
 
 import os
 
-try:
-    from ansible.module_utils.dflash_trash import remove_dirs
-    from ansible.module_utils.dflash_tree.common import TMP_PREFIX
-    from ansible.module_utils.dflash_tree.disk import is_tree_name
-except ImportError:
-    from dflash_trash import remove_dirs
-
-    from dflash_tree.common import TMP_PREFIX
-    from dflash_tree.disk import is_tree_name
+from ansible.module_utils.dflash_trash import remove_dirs
+from ansible.module_utils.dflash_tree.common import TMP_PREFIX
+from ansible.module_utils.dflash_tree.disk import is_tree_name
 
 
 def tree_tops(trees_dir, paths):

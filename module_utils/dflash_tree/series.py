@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .common import TreeError, sha256_bytes
+from ansible.module_utils.dflash_tree.common import TreeError, sha256_bytes
 
 
 def parse_series(text, where="series"):

@@ -7,8 +7,15 @@ import re
 import tarfile
 import tempfile
 
-from .common import MANIFEST_FORMAT, PACKAGE, TMP_PREFIX, TreeError, sha256_bytes, sha256_file
-from .wheel import files_listing, tree_hash_for_src, tree_name
+from ansible.module_utils.dflash_tree.common import (
+    MANIFEST_FORMAT,
+    PACKAGE,
+    TMP_PREFIX,
+    TreeError,
+    sha256_bytes,
+    sha256_file,
+)
+from ansible.module_utils.dflash_tree.wheel import files_listing, tree_hash_for_src, tree_name
 
 
 def _walk_files(root):

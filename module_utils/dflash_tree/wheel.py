@@ -9,7 +9,7 @@ import os
 import re
 import zipfile
 
-from .common import (
+from ansible.module_utils.dflash_tree.common import (
     MANIFEST_FORMAT,
     PACKAGE,
     TREE_PREFIX,
@@ -18,7 +18,7 @@ from .common import (
     sha256_bytes,
     sha256_file,
 )
-from .diff import apply_series
+from ansible.module_utils.dflash_tree.diff import apply_series
 
 
 class Wheel:

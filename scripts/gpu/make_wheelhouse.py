@@ -51,12 +51,14 @@ import tempfile
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
-import dflash_layers as L
-import dflash_overlay as O
-import dflash_wheelhouse as WH
-from dflash_wheels import sha256_file, target_from_interpreter
+ansible.module_utils.__path__.append(os.path.join(ROOT, "module_utils"))
+
+from ansible.module_utils import dflash_layers as L
+from ansible.module_utils import dflash_overlay as O
+from ansible.module_utils import dflash_wheelhouse as WH
+from ansible.module_utils.dflash_wheels import sha256_file, target_from_interpreter
 
 DROP = {
     "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*"],

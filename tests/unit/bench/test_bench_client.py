@@ -9,9 +9,9 @@ import urllib.request
 
 import numpy as np
 import pytest
-from dflash_bench import client as cl
-from dflash_bench import stats as st
-from dflash_bench import workloads as wl
+from ansible.module_utils.dflash_bench import client as cl
+from ansible.module_utils.dflash_bench import stats as st
+from ansible.module_utils.dflash_bench import workloads as wl
 from test_standin import STANDIN, free_port
 
 

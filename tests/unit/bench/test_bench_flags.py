@@ -5,8 +5,8 @@ import json
 import pathlib
 
 import pytest
-from dflash_bench import flags as fl
-from dflash_bench import matrix as mx
+from ansible.module_utils.dflash_bench import flags as fl
+from ansible.module_utils.dflash_bench import matrix as mx
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 MANIFEST = json.loads((ROOT / "bench/gpu/results/2026-11-30-e2e2/manifest.json").read_text())

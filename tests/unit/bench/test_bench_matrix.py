@@ -1,7 +1,7 @@
 """The benchmark matrix: names, sweep, every error at once, waves, cells, progress."""
 
 import pytest
-from dflash_bench import matrix as mx
+from ansible.module_utils.dflash_bench import matrix as mx
 
 
 def test_names_and_defaults():

@@ -4,17 +4,16 @@
 import json
 import pathlib
 
-import dflash_fingerprint.collect
-import dflash_fingerprint.merge
 import pytest
-from dflash_bench import matrix as mx
-from dflash_bench import plan as bp
-from dflash_bench.flags import get_flag
+from ansible.module_utils.dflash_bench import matrix as mx
+from ansible.module_utils.dflash_bench import plan as bp
+from ansible.module_utils.dflash_bench.flags import get_flag
+from ansible.module_utils.dflash_fingerprint import collect, merge
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 MANIFEST = json.loads((ROOT / "bench/gpu/results/2026-11-30-e2e2/manifest.json").read_text())
-IDLE = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(ROOT / "tests/fixtures/captures/h200"))
-BUSY = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(ROOT / "tests/fixtures/captures/h200-busy-foreign"))
+IDLE = merge.fingerprint_from_raw(collect.read_capture(ROOT / "tests/fixtures/captures/h200"))
+BUSY = merge.fingerprint_from_raw(collect.read_capture(ROOT / "tests/fixtures/captures/h200-busy-foreign"))
 LISTENERS = [{"port": 30001, "addr": "0.0.0.0", "pid": 1234}, {"port": 30100, "addr": "127.0.0.1", "pid": 99}]
 DRAFTS = {"/srv/models/draft": {"block_size": 16, "block_size_source": "config.json dflash_config.block_size"},
           "/srv/models/draft32": {"block_size": 32, "block_size_source": "config.json dflash_config.block_size"}}

@@ -8,12 +8,12 @@ import pathlib
 import shutil
 
 import pytest
-from dflash_bench import charts as ch
-from dflash_bench import client as cl
-from dflash_bench import matrix as mx
-from dflash_bench import report as rp
-from dflash_bench import results as res
-from dflash_diagnose.engine import diagnose_text
+from ansible.module_utils.dflash_bench import charts as ch
+from ansible.module_utils.dflash_bench import client as cl
+from ansible.module_utils.dflash_bench import matrix as mx
+from ansible.module_utils.dflash_bench import report as rp
+from ansible.module_utils.dflash_bench import results as res
+from ansible.module_utils.dflash_diagnose.engine import diagnose_text
 from test_bench_client import start_standin
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dflash_diagnose.engine import diagnose_file, diagnose_text
-from dflash_diagnose.rules import CAUSES, RULES
-from dflash_diagnose.scan import read_log, strip_prefixes
+from ansible.module_utils.dflash_diagnose.engine import diagnose_file, diagnose_text
+from ansible.module_utils.dflash_diagnose.rules import CAUSES, RULES
+from ansible.module_utils.dflash_diagnose.scan import read_log, strip_prefixes
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"

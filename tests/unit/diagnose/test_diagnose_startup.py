@@ -4,10 +4,10 @@ Every real fixture of these causes runs in test_diagnose.py with the others (tes
 
 from __future__ import annotations
 
-import dflash_diagnose.rules_startup as startup
 import pytest
-from dflash_diagnose.engine import diagnose_text
-from dflash_diagnose.rules import CAUSES, RULES
+from ansible.module_utils.dflash_diagnose import rules_startup as startup
+from ansible.module_utils.dflash_diagnose.engine import diagnose_text
+from ansible.module_utils.dflash_diagnose.rules import CAUSES, RULES
 
 
 def test_causes_and_rules_are_in_the_table():
@@ -78,7 +78,7 @@ def test_argument_rejections_have_one_cause_each():
     import pathlib
 
     import yaml
-    from dflash_diagnose.scan import _match_line, _split_lines
+    from ansible.module_utils.dflash_diagnose.scan import _match_line, _split_lines
 
     root = pathlib.Path(__file__).resolve().parents[3]
     pair = {"bad_server_args", "incompatible_options"}

@@ -5,14 +5,10 @@ stack (a layer of CUDA 13.0 wheels, instance on the first GPU) and the fallback 
 
 from pathlib import Path
 
-import dflash_fingerprint.collect
-import dflash_fingerprint.gate
-import dflash_fingerprint.merge
-import dflash_fingerprint.parse
-import dflash_fingerprint.values
 import pytest
 import yaml
-from dflash_instances import flags as di_flags
+from ansible.module_utils.dflash_fingerprint import collect, gate, merge, parse, values
+from ansible.module_utils.dflash_instances import flags as di_flags
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "captures"
@@ -101,7 +97,7 @@ CASES = {
 
 
 def fp_of(folder):
-    return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(FIXTURES / folder))
+    return merge.fingerprint_from_raw(collect.read_capture(FIXTURES / folder))
 
 
 @pytest.mark.parametrize("folder", sorted(CASES))
@@ -115,7 +111,7 @@ def test_blind_capture_facts_verdict_and_rules(folder):
     for g in fp["gpus"]:  # never a silent null
         for field in ("sm", "memory_used_mib", "memory_total_mib", "name", "pci_bus_id"):
             assert g[field] is not None or g["null_reasons"].get(field), (folder, g["index"], field)
-    refusals = dflash_fingerprint.gate.gate(fp, LAYER_130, [{"instance": "main", "gpus": [0]}], host=folder)
+    refusals = gate.gate(fp, LAYER_130, [{"instance": "main", "gpus": [0]}], host=folder)
     text = " | ".join(refusals)
     for frag in refuse:
         assert frag in text, (frag, text)
@@ -137,11 +133,11 @@ def test_compute_mode_gate():
     fp = fp_of("a100x2-580-eprocess")
     assert [g["compute_mode"] for g in fp["gpus"]] == ["Exclusive_Process"] * 2
     req = [{"instance": "main", "gpus": [0], "allow_busy": True}]
-    assert "compute mode Exclusive_Process" in dflash_fingerprint.gate.check_requested_gpus(fp, req)[0]
+    assert "compute mode Exclusive_Process" in gate.check_requested_gpus(fp, req)[0]
     fp["gpus"][0]["memory_used_mib"] = 4  # an idle exclusive GPU
-    assert dflash_fingerprint.gate.check_requested_gpus(fp, req) == []
+    assert gate.check_requested_gpus(fp, req) == []
     fp["gpus"][0]["compute_mode"] = "Prohibited"
-    assert "compute mode Prohibited" in dflash_fingerprint.gate.check_requested_gpus(fp, req)[0]
+    assert "compute mode Prohibited" in gate.check_requested_gpus(fp, req)[0]
     # the default mode is read too, and changes nothing
     (g,) = fp_of("l4-570-cloud")["gpus"]
     assert g["compute_mode"] == "Default" and "compute mode" not in (g["problem"] or "")
@@ -151,9 +147,9 @@ def test_compute_mode_from_xml_and_query_csv():
     xml = ("<?xml version=\"1.0\" ?><nvidia_smi_log><driver_version>580.95.05</driver_version>"
            "<cuda_version>13.0</cuda_version><gpu id=\"00000000:01:00.0\"><product_name>NVIDIA H100 80GB HBM3"
            "</product_name><uuid>GPU-1</uuid><compute_mode>Exclusive_Process</compute_mode></gpu></nvidia_smi_log>")
-    assert dflash_fingerprint.parse.parse_smi_xml(xml)["gpus"][0]["compute_mode"] == "Exclusive_Process"
+    assert parse.parse_smi_xml(xml)["gpus"][0]["compute_mode"] == "Exclusive_Process"
     csv = "index, name, compute_mode\n0, NVIDIA L4, Prohibited\n"
-    assert dflash_fingerprint.parse.parse_query_csv(csv)[0]["compute_mode"] == "Prohibited"
+    assert parse.parse_query_csv(csv)[0]["compute_mode"] == "Prohibited"
 
 
 @pytest.mark.parametrize(("name", "sm"), [
@@ -163,21 +159,21 @@ def test_compute_mode_from_xml_and_query_csv():
     ("NVIDIA Foo 12...", None),
 ])
 def test_truncated_model_numbers(name, sm):
-    assert dflash_fingerprint.values.sm_from_name(name) == sm
+    assert values.sm_from_name(name) == sm
 
 
 def test_slice_note_leaves_full_cards_and_grace_alone():
-    assert dflash_fingerprint.values._memory_slice_note("NVIDIA H100 80GB HBM3", 81559) is None
-    assert dflash_fingerprint.values._memory_slice_note("NVIDIA GH200 480GB", 97871) is None  # Grace: the name counts CPU memory
-    assert dflash_fingerprint.values._memory_slice_note("NVIDIA L4", 100) is None  # no size in the name
-    assert "far below the 80 GB" in dflash_fingerprint.values._memory_slice_note("NVIDIA A100 80GB PCIe", 20096)
+    assert values._memory_slice_note("NVIDIA H100 80GB HBM3", 81559) is None
+    assert values._memory_slice_note("NVIDIA GH200 480GB", 97871) is None  # Grace: the name counts CPU memory
+    assert values._memory_slice_note("NVIDIA L4", 100) is None  # no size in the name
+    assert "far below the 80 GB" in values._memory_slice_note("NVIDIA A100 80GB PCIe", 20096)
 
 
 def test_driver_older_than_every_known_cuda_is_refused_without_question_marks():
     fp = fp_of("m40x2-390-container")
     fp["driver_version"], fp["driver_cuda_version"], fp["driver_cuda_source"] = "352.99", None, None
     fp["null_reasons"] = {"driver_cuda_version": "driver 352.99 is older than every CUDA release this tool knows"}
-    (err, _sm) = dflash_fingerprint.gate.check_driver_compat(fp, LAYER_130, host="h")
+    (err, _sm) = gate.check_driver_compat(fp, LAYER_130, host="h")
     assert "?" not in err and "the CUDA version it supports is unknown: driver 352.99 is older" in err
     assert "need driver >= 580.65.06" in err
 
@@ -195,5 +191,5 @@ def test_proc_version_only():
     jetson = fp_of("jetson-orinnx-l4t35-proc")  # an L4T release where a driver version would be
     assert jetson["driver_version"] == "35.3.1" and jetson["driver_cuda_version"] is None
     assert "Jetson L4T release" in jetson["null_reasons"]["driver_cuda_version"]
-    errs = dflash_fingerprint.gate.check_driver_compat(jetson, LAYER_130, host="orin")
+    errs = gate.check_driver_compat(jetson, LAYER_130, host="orin")
     assert any("JetPack" in e and "need driver >=" not in e and "upgrade the driver" not in e for e in errs)

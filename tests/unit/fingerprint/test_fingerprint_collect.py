@@ -6,9 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dflash_fingerprint.collect
-import dflash_fingerprint.merge
 import pytest
+from ansible.module_utils.dflash_fingerprint import collect, merge
 
 ROOT = Path(__file__).resolve().parents[3]
 CT200 = ROOT / "lab" / "captures" / "ct200"
@@ -56,35 +55,35 @@ def fake_tools(tmp_path, old_driver=False):
 
 def test_live_collection_matches_the_replay(tmp_path):
     smi, py = fake_tools(tmp_path)
-    raw = dflash_fingerprint.collect.collect_raw(venv_python=str(py), proc_version_path=str(CT200 / "proc-driver-nvidia-version.txt"),
+    raw = collect.collect_raw(venv_python=str(py), proc_version_path=str(CT200 / "proc-driver-nvidia-version.txt"),
                           nvidia_smi=str(smi), toolkit_roots=(str(tmp_path / "none"),))
-    live = dflash_fingerprint.merge.fingerprint_from_raw(raw)
-    replay = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(CT200))
+    live = merge.fingerprint_from_raw(raw)
+    replay = merge.fingerprint_from_raw(collect.read_capture(CT200))
     assert live["gpus"] == replay["gpus"]
     assert live["driver_version"] == "580.95.05" and live["driver_cuda_version"] == "13.0"
     assert live["torch"]["version"] == "2.11.0+cu128" and live["torch"]["device_count"] == 8
     meta = json.loads(raw["capture-meta.json"])
     assert meta["exit_codes"]["nvidia-smi.txt"] == 0 and meta["errors"] == {}
     # capture -> replay round trip
-    written = dflash_fingerprint.collect.write_capture(raw, tmp_path / "cap")
+    written = collect.write_capture(raw, tmp_path / "cap")
     assert "nvidia-smi-q.xml" in written and "capture-meta.json" in written
-    assert dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(tmp_path / "cap")) == live
+    assert merge.fingerprint_from_raw(collect.read_capture(tmp_path / "cap")) == live
 
 
 def test_old_driver_query_is_retried_without_compute_cap(tmp_path):
     smi, _ = fake_tools(tmp_path, old_driver=True)
-    raw = dflash_fingerprint.collect.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "missing"),
+    raw = collect.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "missing"),
                           toolkit_roots=(str(tmp_path / "none"),))
     assert "compute_cap" not in json.loads(raw["capture-meta.json"])["commands"]["nvidia-smi-query.csv"]
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(raw)
+    fp = merge.fingerprint_from_raw(raw)
     assert fp["gpu_count"] == 8 and fp["gpus"][0]["sm"] == "12.0"
     assert fp["gpus"][0]["name"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
 def test_no_nvidia_smi_gives_zero_gpus_with_the_reason(tmp_path):
-    raw = dflash_fingerprint.collect.collect_raw(nvidia_smi="nvidia-smi-that-does-not-exist", proc_version_path=str(tmp_path / "x"),
+    raw = collect.collect_raw(nvidia_smi="nvidia-smi-that-does-not-exist", proc_version_path=str(tmp_path / "x"),
                           toolkit_roots=(str(tmp_path / "none"),))
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(raw)
+    fp = merge.fingerprint_from_raw(raw)
     assert fp["gpu_count"] == 0 and fp["problems"] == ["nvidia-smi not found"]
     assert fp["os"] and fp["glibc"]
 
@@ -94,10 +93,10 @@ def test_hung_nvidia_smi_is_asked_once_and_reported(tmp_path):
     log = tmp_path / "calls"
     smi.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nsleep 5\n")
     smi.chmod(0o755)
-    raw = dflash_fingerprint.collect.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "x"),
+    raw = collect.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "x"),
                           toolkit_roots=(str(tmp_path / "none"),), timeout=1)
     assert len(log.read_text().splitlines()) == 1
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(raw)
+    fp = merge.fingerprint_from_raw(raw)
     assert fp["gpu_count"] == 0
     assert fp["problems"] == ["nvidia-smi timed out after 1s (driver or GPU hung? look for NVRM Xid lines in dmesg)"]
 
@@ -113,16 +112,17 @@ def test_find_toolkits(tmp_path):
     (old / "version.txt").write_text("CUDA Version 10.2.89\n")
     (old / "bin").mkdir()
     (old / "bin" / "nvcc").write_text("")
-    found = dflash_fingerprint.collect.find_toolkits(roots=(str(tmp_path),))
+    found = collect.find_toolkits(roots=(str(tmp_path),))
     assert [(t["path"], t["version"]) for t in found] == [(str(tk), "12.8"), (str(old), "10.2")]
 
 
-# the CLI: PYTHONPATH=module_utils python3 -m dflash_fingerprint ...
-CLI_ENV = dict(os.environ, PYTHONPATH=str(ROOT / "module_utils"))
+# the CLI: scripts/fingerprint.py ...
+CLI = [sys.executable, str(ROOT / "scripts" / "fingerprint.py")]
+CLI_ENV = dict(os.environ)
 
 
 def test_cli_replay_prints_the_fact():
-    out = subprocess.run([sys.executable, "-m", "dflash_fingerprint", "--replay-dir", str(CT200)],
+    out = subprocess.run([*CLI, "--replay-dir", str(CT200)],
                          capture_output=True, text=True, check=True, env=CLI_ENV).stdout
     fp = json.loads(out)
     assert fp["gpu_count"] == 8 and fp["gpus"][0]["sm"] == "12.0"
@@ -131,7 +131,7 @@ def test_cli_replay_prints_the_fact():
 def test_cli_capture_writes_the_folder(tmp_path):
     smi, py = fake_tools(tmp_path)
     env = dict(CLI_ENV, PATH=f"{smi.parent}:{os.environ['PATH']}")
-    out = subprocess.run([sys.executable, "-m", "dflash_fingerprint", "--capture-dir",
+    out = subprocess.run([*CLI, "--capture-dir",
                           str(tmp_path / "cap"), "--venv-python", str(py)], capture_output=True, text=True,
                          check=True, env=env).stdout
     assert json.loads(out)["torch"]["cuda"] == "12.8"
@@ -147,20 +147,20 @@ def test_ansible_adhoc_replay_prints_the_fact():
     assert proc.stdout.startswith("localhost | SUCCESS => ")
     result = json.loads(proc.stdout.split("=>", 1)[1])
     fact = result["ansible_facts"]["dflash_fingerprint"]
-    assert fact == dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(CT200))
+    assert fact == merge.fingerprint_from_raw(collect.read_capture(CT200))
     assert result["changed"] is False and result["refusals"] == []
 
 
 def test_read_capture_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="is not a directory"):
-        dflash_fingerprint.collect.read_capture(tmp_path / "nope")
+        collect.read_capture(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="holds none of the capture files"):
-        dflash_fingerprint.collect.read_capture(tmp_path)
+        collect.read_capture(tmp_path)
 
 
 def test_cli_main_in_process(capsys):
-    """The same CLI called in-process (python -m runs it in a subprocess above)."""
-    import dflash_fingerprint.__main__ as cli
+    """The same CLI called in-process (scripts/fingerprint.py runs it in a subprocess above)."""
+    from ansible.module_utils.dflash_fingerprint import cli
 
     assert cli.main(["--replay-dir", str(CT200)]) == 0
     fp = json.loads(capsys.readouterr().out)

@@ -4,10 +4,8 @@ Skipped only while that folder is absent."""
 
 from pathlib import Path
 
-import dflash_fingerprint.collect
-import dflash_fingerprint.gate
-import dflash_fingerprint.merge
 import pytest
+from ansible.module_utils.dflash_fingerprint import collect, gate, merge
 
 H200 = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "h200"
 
@@ -17,7 +15,7 @@ pytestmark = pytest.mark.skipif(not (H200 / "nvidia-smi-query.csv").is_file() an
 
 @pytest.fixture(scope="module")
 def fp():
-    return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(H200))
+    return merge.fingerprint_from_raw(collect.read_capture(H200))
 
 
 def test_h200_gpu(fp):
@@ -39,18 +37,18 @@ def test_h200_driver_and_torch(fp):
 
 
 def test_h200_every_source_agrees(fp):
-    raw = dflash_fingerprint.collect.read_capture(H200)
+    raw = collect.read_capture(H200)
     # The plain table alone and the XML alone give the same GPU facts as the CSV.
     for only in ("nvidia-smi.txt", "nvidia-smi-q.xml"):
         if only in raw:
-            sub = dflash_fingerprint.merge.fingerprint_from_raw({only: raw[only]})
+            sub = merge.fingerprint_from_raw({only: raw[only]})
             assert sub["gpus"][0]["sm"] == "9.0"
             assert sub["gpus"][0]["memory_total_mib"] == 143771
             assert sub["driver_version"] == "580.159.04"
 
 
 def test_h200_gate_cu130_layer_passes(fp):
-    assert dflash_fingerprint.gate.check_driver_compat(fp, [{"name": "serve", "cuda": "13.0"}], host="h200") == []
+    assert gate.check_driver_compat(fp, [{"name": "serve", "cuda": "13.0"}], host="h200") == []
 
 
 # A live capture of the same H200 while a foreign process (plain torch, no unit) held 4.6 GiB.
@@ -58,7 +56,7 @@ BUSY = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "h200-bus
 
 
 def test_h200_busy_capture_lists_the_foreign_process():
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(BUSY))
+    fp = merge.fingerprint_from_raw(collect.read_capture(BUSY))
     g = fp["gpus"][0]
     assert g["healthy"] is True and g["mig_mode"] == "disabled"
     assert g["memory_used_mib"] == 4623
@@ -67,7 +65,7 @@ def test_h200_busy_capture_lists_the_foreign_process():
 
 
 def test_h200_busy_capture_refuses_the_gpu_unless_allowed():
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(BUSY))
-    [err] = dflash_fingerprint.gate.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0]}])
+    fp = merge.fingerprint_from_raw(collect.read_capture(BUSY))
+    [err] = gate.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0]}])
     assert err.startswith("instance h200-dflash: GPU 0 (NVIDIA H200)") and "475" in err, err
-    assert dflash_fingerprint.gate.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0], "allow_busy": True}]) == []
+    assert gate.check_requested_gpus(fp, [{"instance": "h200-dflash", "gpus": [0], "allow_busy": True}]) == []

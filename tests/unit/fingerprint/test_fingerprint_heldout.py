@@ -8,13 +8,8 @@ import json
 import random
 from pathlib import Path
 
-import dflash_fingerprint.collect
-import dflash_fingerprint.gate
-import dflash_fingerprint.merge
-import dflash_fingerprint.parse
-import dflash_fingerprint.report
-import dflash_fingerprint.values
 import pytest
+from ansible.module_utils.dflash_fingerprint import collect, gate, merge, parse, report, values
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "captures"
@@ -23,11 +18,11 @@ LAYER_128 = [{"name": "base", "cuda": "12.8"}]
 
 
 def fp_of(folder):
-    return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(FIXTURES / folder))
+    return merge.fingerprint_from_raw(collect.read_capture(FIXTURES / folder))
 
 
 def refusals(fp, gpus=(0,), layers=(), host="h"):
-    return dflash_fingerprint.gate.gate(fp, list(layers), [{"instance": "main", "gpus": list(gpus)}], host=host)
+    return gate.gate(fp, list(layers), [{"instance": "main", "gpus": list(gpus)}], host=host)
 
 
 # --------------------------------------------------------------------------- MIG
@@ -49,7 +44,7 @@ def test_mig_enabled_gpu_is_seen_and_refused(folder, used, total, slices, larges
     assert "instance main: GPU 0" in ref and "MIG mode enabled" in ref and f"largest {largest} MiB" in ref
     assert "nvidia-smi -i 0 -mig 0" in ref
     # allow_busy does not make a MIG GPU usable as a whole GPU
-    assert dflash_fingerprint.gate.check_requested_gpus(fp, [{"instance": "main", "gpus": [0], "allow_busy": True}])
+    assert gate.check_requested_gpus(fp, [{"instance": "main", "gpus": [0], "allow_busy": True}])
 
 
 def test_mig_processes_keep_their_gpu_and_slice_rows_are_not_the_gpu_memory():
@@ -57,24 +52,24 @@ def test_mig_processes_keep_their_gpu_and_slice_rows_are_not_the_gpu_memory():
     assert [(p["pid"], p["used_mib"]) for p in fp["gpus"][0]["processes"]] == \
         [(3808491, 24402), (3809492, 3506), (3810762, 1450)]
     # a MIG GPU whose own memory cell is N/A: the MIG device rows below must not become its memory
-    text = dflash_fingerprint.collect.read_capture(FIXTURES / "gh200-570-mig")["nvidia-smi.txt"].replace(
+    text = collect.read_capture(FIXTURES / "gh200-570-mig")["nvidia-smi.txt"].replace(
         "29465MiB /  97871MiB", "           N/A      ")
-    (g,) = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi.txt": text})["gpus"]
+    (g,) = merge.fingerprint_from_raw({"nvidia-smi.txt": text})["gpus"]
     assert g["memory_used_mib"] is None and g["memory_total_mib"] is None
     assert g["null_reasons"]["memory_total_mib"] == "N/A" and g["mig_mode"] == "enabled"
 
 
 def test_mig_mode_from_the_xml():
     """The real H200 -q -x (MIG Disabled), and the same with MIG enabled and one MIG device."""
-    xml = dflash_fingerprint.collect.read_capture(FIXTURES / "h200")["nvidia-smi-q.xml"]
-    plain = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
+    xml = collect.read_capture(FIXTURES / "h200")["nvidia-smi-q.xml"]
+    plain = merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
     assert plain["gpus"][0]["mig_mode"] == "disabled" and refusals(plain) == []
     xml = xml.replace("<current_mig>Disabled</current_mig>", "<current_mig>Enabled</current_mig>", 1).replace(
         "<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>",
         "<mig_devices><mig_device><index>0</index><gpu_instance_id>1</gpu_instance_id>"
         "<compute_instance_id>0</compute_instance_id><fb_memory_usage><total>70912 MiB</total>"
         "<used>12 MiB</used></fb_memory_usage></mig_device></mig_devices>", 1)
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
     assert fp["gpus"][0]["mig_mode"] == "enabled"
     assert fp["gpus"][0]["mig_devices"] == [{"gpu_instance": 1, "compute_instance": 0, "memory_used_mib": 12,
                                              "memory_total_mib": 70912}]
@@ -94,7 +89,7 @@ def test_insufficient_permissions_is_null_with_a_reason_and_a_warning():
     assert g["healthy"]  # we could not look; nothing says it is broken
     assert fp["problems"] == [("GPU 0: memory use unknown (Insufficient Permissions): whether the GPU is busy is "
                                "judged by its processes only")]
-    verdict = dflash_fingerprint.report.host_verdict(fp, refusals(fp, layers=[{"name": "base", "cuda": "12.2"}]))
+    verdict = report.host_verdict(fp, refusals(fp, layers=[{"name": "base", "cuda": "12.2"}]))
     assert verdict.startswith("warning: ") and "Insufficient Permissions" in verdict
 
 
@@ -111,13 +106,13 @@ def test_insufficient_permissions_is_null_with_a_reason_and_a_warning():
     (None, (None, None, None)),
 ])
 def test_placeholder(cell, expect):
-    assert dflash_fingerprint.values.placeholder(cell) == expect
+    assert values.placeholder(cell) == expect
 
 
 def test_query_cells_that_do_not_parse_are_null_with_a_reason():
     # an extra comma outside the name (a comma decimal, say) would shift every column: nothing shifted is read
     text = "0, NVIDIA H100 80GB HBM3, GPU-a, 00000000:19:00.0, 9,0, 570.86.15, 81559, 12\n"
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
     (g,) = fp["gpus"]
     assert (g["index"], g["name"], g["uuid"], g["pci_bus_id"], g["memory_total_mib"], g["memory_used_mib"]) == \
         (0, "NVIDIA H100 80GB HBM3", None, None, None, None)
@@ -125,7 +120,7 @@ def test_query_cells_that_do_not_parse_are_null_with_a_reason():
     assert g["null_reasons"]["memory_used_mib"] == "unparsable row: 9 cells for 8 fields"
     assert any("memory use unknown (unparsable row" in p for p in fp["problems"])
     text = "0, NVIDIA H100 80GB HBM3, GPU-a, 00000000:19:00.0, 9.x, 570.86.15, [Unknown Error], 12\n"
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
     (g,) = fp["gpus"]
     assert g["sm"] == "9.0" and g["sm_source"] == "name"  # compute_cap unparsable: from the name
     assert g["memory_total_mib"] is None and g["null_reasons"]["memory_total_mib"] == "Unknown Error"
@@ -194,7 +189,7 @@ def test_jetson_orin_without_bus_id_and_its_own_driver_branch():
     (ref,) = refusals(fp, layers=LAYER_128)
     assert "driver 540.4.0 supports CUDA up to 12.6, but layer 'base' installs CUDA 12.8 wheels" in ref
     inferred = dict(fp, driver_cuda_version=None)  # without the printed CUDA the table still applies
-    assert "need driver >= 550.54.14" in dflash_fingerprint.gate.check_driver_compat(inferred, [{"name": "b", "cuda": "12.4"}])[0]
+    assert "need driver >= 550.54.14" in gate.check_driver_compat(inferred, [{"name": "b", "cuda": "12.4"}])[0]
 
 
 def test_lost_gpu_with_a_three_digit_domain_keeps_its_bus_id():
@@ -205,14 +200,14 @@ def test_lost_gpu_with_a_three_digit_domain_keeps_its_bus_id():
 
 
 def test_sources_without_bus_id_or_with_foreign_uuids_do_not_duplicate_or_lose_gpus():
-    table = dflash_fingerprint.collect.read_capture(FIXTURES / "gh200-570-mig")["nvidia-smi.txt"]
+    table = collect.read_capture(FIXTURES / "gh200-570-mig")["nvidia-smi.txt"]
     query = "index, name, memory.used [MiB]\n0, NVIDIA GH200 480GB, 29465\n"
     apps = "MIG-51fa7c7a-4c41-59bf-b08a-9cb4b47525a7, 3808491, /opt/nim/llm/.venv/bin/python3, 24402\n"
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi.txt": table, "nvidia-smi-query.csv": query,
+    fp = merge.fingerprint_from_raw({"nvidia-smi.txt": table, "nvidia-smi-query.csv": query,
                                    "nvidia-smi-apps.csv": apps})
     assert fp["gpu_count"] == 1 and fp["gpus"][0]["pci_bus_id"] == "00000009:01:00.0"
     assert [p["pid"] for p in fp["gpus"][0]["processes"]] == [3808491, 3809492, 3810762]
-    alone = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-apps.csv": apps, "nvidia-smi-query.csv": query})
+    alone = merge.fingerprint_from_raw({"nvidia-smi-apps.csv": apps, "nvidia-smi-query.csv": query})
     assert any("not attributed to a GPU" in p for p in alone["problems"])
 
 
@@ -224,11 +219,11 @@ def test_a_non_zero_exit_with_data_is_not_a_host_error(tmp_path):
     smi.write_text(f"#!/bin/sh\nif [ $# -eq 0 ]; then cat {tmp_path / 'table.txt'}; exit 15; fi\n"
                    "case $1 in --query-compute-apps*) echo 'No devices were found'; exit 6;; esac\nexit 2\n")
     smi.chmod(0o755)
-    raw = dflash_fingerprint.collect.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "x"),
+    raw = collect.collect_raw(nvidia_smi=str(smi), proc_version_path=str(tmp_path / "x"),
                           toolkit_roots=(str(tmp_path / "none"),))
     meta = json.loads(raw["capture-meta.json"])
     assert meta["errors"]["nvidia-smi.txt"] == "exit code 15"
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(raw)
+    fp = merge.fingerprint_from_raw(raw)
     assert [g["index"] for g in fp["gpus"]] == [0, 1, 2, 3]
     assert fp["problems"] == ["nvidia-smi -q -x: no XML output",
                               "nvidia-smi --query-compute-apps: no NVIDIA devices were found",
@@ -243,7 +238,7 @@ def test_a_non_zero_exit_with_data_is_not_a_host_error(tmp_path):
     ("NVIDIA RTX 4000 Ada Gene...", "8.9"),
 ])
 def test_names_of_the_heldout_gpus(name, sm):
-    assert dflash_fingerprint.values.sm_from_name(name) == sm
+    assert values.sm_from_name(name) == sm
 
 
 @pytest.mark.parametrize(("text", "version"), [
@@ -254,7 +249,7 @@ def test_names_of_the_heldout_gpus(name, sm):
     ("cat: /proc/driver/nvidia/version: No such file or directory\n", None),
 ])
 def test_proc_driver_version_forms(text, version):
-    assert dflash_fingerprint.parse.parse_proc_version(text) == version
+    assert parse.parse_proc_version(text) == version
 
 
 # --------------------------------------------------------------------------- torch builds
@@ -264,7 +259,7 @@ def test_torch_without_kernels_for_the_gpu_is_a_warning():
     fp = fp_of("rtx5090-580-torch-cu118")
     assert fp["problems"] == [("torch 2.0.1 (CUDA 11.8) has no kernels for SM 12.0 (GPU 0): its arch list is "
                                "sm_37 sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90")]
-    assert dflash_fingerprint.report.host_verdict(fp, refusals(fp, layers=LAYER_128)).startswith("warning: torch 2.0.1")
+    assert report.host_verdict(fp, refusals(fp, layers=LAYER_128)).startswith("warning: torch 2.0.1")
     # the display processes (type G) do not make it busy
     assert refusals(fp, layers=LAYER_128) == []
 
@@ -286,9 +281,9 @@ def test_torch_rocm_build():
       "error": "ModuleNotFoundError(\"No module named 'torch'\")"}, ["torch probe failed: ModuleNotFoundError"]),
 ])
 def test_torch_build_kinds(torch, expect):
-    raw = {"nvidia-smi.txt": dflash_fingerprint.collect.read_capture(LAB / "ct200")["nvidia-smi.txt"].replace(
+    raw = {"nvidia-smi.txt": collect.read_capture(LAB / "ct200")["nvidia-smi.txt"].replace(
         "CUDA Version: 13.0", "CUDA Version: 12.8"), "torch.json": json.dumps(torch)}
-    problems = dflash_fingerprint.merge.fingerprint_from_raw(raw)["problems"]
+    problems = merge.fingerprint_from_raw(raw)["problems"]
     assert len(problems) == len(expect)
     for p, e in zip(problems, expect):
         assert e in p
@@ -305,7 +300,7 @@ def test_torch_build_kinds(torch, expect):
     ([], "9.0", None),
 ])
 def test_torch_covers_sm(archs, sm, covered):
-    assert dflash_fingerprint.parse.torch_covers_sm(archs, sm) is covered
+    assert parse.torch_covers_sm(archs, sm) is covered
 
 
 # --------------------------------------------------------------------------- never a traceback
@@ -345,21 +340,21 @@ def test_mutated_captures_never_raise():
     themselves (not the last-resort guard in fingerprint_from_raw) must cope, and so must the gate and
     the fleet report."""
     folders = sorted(p for p in list(FIXTURES.iterdir()) + [LAB / "ct129", LAB / "ct200"] if p.is_dir())
-    captures = [dflash_fingerprint.collect.read_capture(p) for p in folders]
+    captures = [collect.read_capture(p) for p in folders]
     rng = random.Random(20261130)
     for _ in range(400):
         raw = _mutate(rng, dict(rng.choice(captures)))
-        fp = dflash_fingerprint.merge._fingerprint_from_raw(raw)  # not the guarded entry: it would hide a parser bug
-        dflash_fingerprint.gate.gate(fp, LAYER_128, [{"instance": "a", "gpus": [0, 1]}])
-        dflash_fingerprint.report.fleet_markdown({"h": fp})
-        dflash_fingerprint.report.fleet_text({"h": fp})
+        fp = merge._fingerprint_from_raw(raw)  # not the guarded entry: it would hide a parser bug
+        gate.gate(fp, LAYER_128, [{"instance": "a", "gpus": [0, 1]}])
+        report.fleet_markdown({"h": fp})
+        report.fleet_text({"h": fp})
         json.dumps(fp)
 
 
 def test_the_guard_turns_a_parser_bug_into_a_problem(monkeypatch):
     def boom(_text):
         raise ValueError("synthetic")
-    monkeypatch.setattr(dflash_fingerprint.merge, "parse_smi_table", boom)
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi.txt": "x"})
+    monkeypatch.setattr(merge, "parse_smi_table", boom)
+    fp = merge.fingerprint_from_raw({"nvidia-smi.txt": "x"})
     assert fp["gpu_count"] == 0 and "fingerprint parser error (ValueError: synthetic)" in fp["problems"][0]
-    assert dflash_fingerprint.gate.gate(fp, LAYER_128, [])[0].startswith("host: no usable NVIDIA GPU (fingerprint parser error")
+    assert gate.gate(fp, LAYER_128, [])[0].startswith("host: no usable NVIDIA GPU (fingerprint parser error")

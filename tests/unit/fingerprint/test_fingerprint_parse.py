@@ -3,26 +3,22 @@
 import json
 from pathlib import Path
 
-import dflash_fingerprint.collect
-import dflash_fingerprint.merge
-import dflash_fingerprint.parse
-import dflash_fingerprint.smi_errors
-import dflash_fingerprint.values
 import pytest
+from ansible.module_utils.dflash_fingerprint import collect, merge, parse, smi_errors, values
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = ROOT / "lab" / "captures"
 
 
 def lab(host):
-    return dflash_fingerprint.collect.read_capture(LAB / host)
+    return collect.read_capture(LAB / host)
 
 
 # --------------------------------------------------------------------------- lab captures, every source
 
 
 def test_ct200_full_capture():
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(lab("ct200"))
+    fp = merge.fingerprint_from_raw(lab("ct200"))
     assert fp["gpu_count"] == 8
     assert {g["name"] for g in fp["gpus"]} == {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}
     assert {(g["sm"], g["arch"], g["memory_total_mib"]) for g in fp["gpus"]} == {("12.0", "blackwell", 97887)}
@@ -40,7 +36,7 @@ def test_ct200_full_capture():
 
 
 def test_ct129_full_capture():
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(lab("ct129"))
+    fp = merge.fingerprint_from_raw(lab("ct129"))
     assert fp["gpu_count"] == 2
     assert [(g["name"], g["sm"], g["arch"], g["memory_total_mib"], g["healthy"]) for g in fp["gpus"]] == \
         [("NVIDIA RTX A6000", "8.6", "ampere", 49140, True)] * 2
@@ -50,8 +46,8 @@ def test_ct129_full_capture():
 @pytest.mark.parametrize("only", ["nvidia-smi.txt", "nvidia-smi-q.xml", "nvidia-smi-query.csv"])
 @pytest.mark.parametrize("host", ["ct129", "ct200"])
 def test_each_gpu_source_alone_gives_the_same_gpus(host, only):
-    full = dflash_fingerprint.merge.fingerprint_from_raw(lab(host))
-    alone = dflash_fingerprint.merge.fingerprint_from_raw({only: lab(host)[only]})
+    full = merge.fingerprint_from_raw(lab(host))
+    alone = merge.fingerprint_from_raw({only: lab(host)[only]})
     key = [(g["index"], g["pci_bus_id"], g["sm"], g["arch"], g["memory_total_mib"], g["memory_used_mib"])
            for g in full["gpus"]]
     assert [(g["index"], g["pci_bus_id"], g["sm"], g["arch"], g["memory_total_mib"], g["memory_used_mib"])
@@ -65,8 +61,8 @@ def test_each_gpu_source_alone_gives_the_same_gpus(host, only):
 
 
 def test_sm_source_is_reported():
-    assert dflash_fingerprint.merge.fingerprint_from_raw(lab("ct200"))["gpus"][0]["sm_source"] == "compute_cap"
-    table_only = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi.txt": lab("ct200")["nvidia-smi.txt"]})
+    assert merge.fingerprint_from_raw(lab("ct200"))["gpus"][0]["sm_source"] == "compute_cap"
+    table_only = merge.fingerprint_from_raw({"nvidia-smi.txt": lab("ct200")["nvidia-smi.txt"]})
     assert table_only["gpus"][0]["name"] == "NVIDIA RTX PRO 6000 Blac..."
     assert table_only["gpus"][0]["sm_source"] == "name"
 
@@ -113,7 +109,7 @@ EXPECTED = {
 @pytest.mark.parametrize("folder", sorted(EXPECTED))
 def test_public_fixture(folder):
     count, driver, cuda, gpus, problems = EXPECTED[folder]
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(FIXTURES / folder))
+    fp = merge.fingerprint_from_raw(collect.read_capture(FIXTURES / folder))
     assert fp["gpu_count"] == count
     assert fp["driver_version"] == driver
     assert fp["driver_cuda_version"] == cuda
@@ -130,23 +126,23 @@ def test_public_fixture(folder):
 
 
 def test_fixture_processes_and_unreachable_bus():
-    a40 = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(FIXTURES / "a40-err-old-layout"))
+    a40 = merge.fingerprint_from_raw(collect.read_capture(FIXTURES / "a40-err-old-layout"))
     assert a40["gpus"][2]["processes"] == [{"pid": 2111354, "name": "...eratornet/venv/bin/python",
                                             "used_mib": 818, "type": "C", "unit": None}]
-    p100 = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(FIXTURES / "p100-440-premig"))
+    p100 = merge.fingerprint_from_raw(collect.read_capture(FIXTURES / "p100-440-premig"))
     assert [(p["pid"], p["used_mib"]) for p in p100["gpus"][7]["processes"]] == [(33063, 10235), (35147, 3439)]
-    rtx = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(FIXTURES / "rtxpro6000-610-unreachable"))
+    rtx = merge.fingerprint_from_raw(collect.read_capture(FIXTURES / "rtxpro6000-610-unreachable"))
     assert rtx["gpus"][1]["pci_bus_id"] == "00000000:34:00.0"
-    ddp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(FIXTURES / "h100-580-ddp"))
+    ddp = merge.fingerprint_from_raw(collect.read_capture(FIXTURES / "h100-580-ddp"))
     assert [p["pid"] for p in ddp["gpus"][1]["processes"]] == [4935, 4936]
 
 
 def test_mismatch_with_kernel_module_version():
-    raw = dflash_fingerprint.collect.read_capture(FIXTURES / "mismatch-580")
+    raw = collect.read_capture(FIXTURES / "mismatch-580")
     raw["proc-driver-nvidia-version.txt"] = (
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.119.02  Release Build  "
         "(dvs-builder@U22-I3-AF03-09-1)  Tue Dec  9 10:55:49 UTC 2025\nGCC version:  gcc version 14.2.1\n")
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(raw)
+    fp = merge.fingerprint_from_raw(raw)
     assert fp["gpu_count"] == 0
     assert fp["driver_version"] == "580.119.02"
     assert "kernel module 580.119.02" in fp["problems"][0] and "NVML library 580.126" in fp["problems"][0]
@@ -159,17 +155,17 @@ def test_query_csv_with_header_units_and_na():
     text = ("index, name, uuid, pci.bus_id, compute_cap, driver_version, memory.total [MiB], memory.used [MiB]\n"
             "0, NVIDIA A100-SXM4-80GB, GPU-a, 00000000:07:00.0, 8.0, 550.54.15, 81920 MiB, 4 MiB\n"
             "1, NVIDIA GeForce RTX 4090, GPU-b, 00000000:81:00.0, 8.9, 550.54.15, 24564 MiB, [N/A]\n")
-    gpus = dflash_fingerprint.parse.parse_query_csv(text)
+    gpus = parse.parse_query_csv(text)
     assert [(g["index"], g["name"], g["sm"], g["memory_total_mib"], g["memory_used_mib"]) for g in gpus] == \
         [(0, "NVIDIA A100-SXM4-80GB", "8.0", 81920, 4), (1, "NVIDIA GeForce RTX 4090", "8.9", 24564, None)]
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
     assert [g["arch"] for g in fp["gpus"]] == ["ampere", "ada"]  # mixed models in one host
 
 
 def test_query_csv_old_driver_without_compute_cap_uses_the_name_table():
     text = ("0, Tesla V100-SXM2-32GB, GPU-1, 00000000:00:1E.0, 470.57.02, 32510, 0\n"
             "1, Tesla T4, GPU-2, 00000000:00:1F.0, 470.57.02, 15109, 3\n")
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})
     assert [(g["sm"], g["arch"], g["sm_source"]) for g in fp["gpus"]] == \
         [("7.0", "volta", "name"), ("7.5", "turing", "name")]
     assert fp["driver_cuda_version"] == "11.4"
@@ -178,15 +174,15 @@ def test_query_csv_old_driver_without_compute_cap_uses_the_name_table():
 def test_query_csv_err_and_name_with_comma():
     text = ("0, ERR!, GPU-x, 00000000:3B:00.0, ERR!, 535.104.05, 81920, ERR!\n"
             "1, NVIDIA Foo, Bar, GPU-y, 00000000:3C:00.0, 9.0, 535.104.05, 81559, 1\n")
-    gpus = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})["gpus"]
+    gpus = merge.fingerprint_from_raw({"nvidia-smi-query.csv": text})["gpus"]
     assert gpus[0]["healthy"] is False and "ERR!" in gpus[0]["problem"]
     assert gpus[1]["name"] == "NVIDIA Foo, Bar" and gpus[1]["sm"] == "9.0" and gpus[1]["healthy"]
 
 
 def test_apps_csv_forms():
-    assert dflash_fingerprint.parse.parse_apps_csv("") == []
-    assert dflash_fingerprint.parse.parse_apps_csv("No running processes found\n") == []
-    procs = dflash_fingerprint.parse.parse_apps_csv("GPU-a, 123, python3, 1000\nGPU-a, 456, /usr/bin/python, [N/A]\n")
+    assert parse.parse_apps_csv("") == []
+    assert parse.parse_apps_csv("No running processes found\n") == []
+    procs = parse.parse_apps_csv("GPU-a, 123, python3, 1000\nGPU-a, 456, /usr/bin/python, [N/A]\n")
     assert [(p["pid"], p["name"], p["used_mib"]) for p in procs] == [(123, "python3", 1000),
                                                                      (456, "/usr/bin/python", None)]
 
@@ -194,7 +190,7 @@ def test_apps_csv_forms():
 def test_apps_csv_is_authoritative_for_processes():
     raw = lab("ct200")
     raw["nvidia-smi-apps.csv"] = ""
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(raw)
+    fp = merge.fingerprint_from_raw(raw)
     assert all(g["processes"] == [] for g in fp["gpus"])  # the process exited after the table was taken
 
 
@@ -205,7 +201,7 @@ def test_xml_problems_and_cuda_not_found():
     xml = lab("ct129")["nvidia-smi-q.xml"]
     xml = xml.replace("<cuda_version>13.0</cuda_version>", "<cuda_version>Not Found</cuda_version>", 1)
     xml = xml.replace("<gpu_recovery_action>None<", "<gpu_recovery_action>Reset<", 1)
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
     assert fp["driver_cuda_version"] == "13.0"  # from the 580 branch
     assert any("CUDA Version: N/A" in p for p in fp["problems"])
     assert fp["gpus"][0]["healthy"] is False and fp["gpus"][0]["problem"] == "GPU recovery action: Reset"
@@ -214,14 +210,14 @@ def test_xml_problems_and_cuda_not_found():
 
 
 def test_xml_unparsable_is_a_problem_not_a_crash():
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": "<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<gpu"})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-q.xml": "<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<gpu"})
     assert fp["gpu_count"] == 0
     assert any("unparsable" in p for p in fp["problems"])
 
 
 def test_xml_arch_hint_when_the_name_is_unknown():
     xml = lab("ct129")["nvidia-smi-q.xml"].replace("NVIDIA RTX A6000", "NVIDIA Future Card")
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
+    fp = merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})
     assert fp["gpus"][0]["sm"] is None and fp["gpus"][0]["arch"] == "ampere"
     assert "unknown SM" in fp["gpus"][0]["problem"] and fp["gpus"][0]["healthy"]
 
@@ -236,17 +232,17 @@ def test_xml_arch_hint_when_the_name_is_unknown():
       "NVIDIA driver is installed and running.\n"), "cannot communicate"),
 ])
 def test_error_texts(text, expect):
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi.txt": text, "nvidia-smi-query.csv": text})
+    fp = merge.fingerprint_from_raw({"nvidia-smi.txt": text, "nvidia-smi-query.csv": text})
     assert fp["gpu_count"] == 0
     assert len(fp["problems"]) == 1 and expect in fp["problems"][0]
 
 
 def test_no_nvidia_smi_at_all():
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({})
+    fp = merge.fingerprint_from_raw({})
     assert fp["gpu_count"] == 0 and fp["gpus"] == []
     assert fp["problems"] == ["no nvidia-smi output (nvidia-smi not found or not captured)"]
     meta = json.dumps({"errors": {"nvidia-smi.txt": "nvidia-smi not found"}})
-    fp = dflash_fingerprint.merge.fingerprint_from_raw({"capture-meta.json": meta, "os-release": 'PRETTY_NAME="Debian GNU/Linux 12"\n'})
+    fp = merge.fingerprint_from_raw({"capture-meta.json": meta, "os-release": 'PRETTY_NAME="Debian GNU/Linux 12"\n'})
     assert fp["problems"] == ["nvidia-smi not found"] and fp["os"] == "Debian GNU/Linux 12"
 
 
@@ -258,13 +254,13 @@ def test_no_nvidia_smi_at_all():
     ("UNABLE TO DETERMINE THE DEVICE HANDLE FOR GPU0000:CB:00.0: Unknown Error", None, "00000000:CB:00.0"),
 ])
 def test_unreachable_line_forms(line, index, bus):
-    (u,) = dflash_fingerprint.smi_errors.unreachable_gpus(line)
+    (u,) = smi_errors.unreachable_gpus(line)
     assert (u["index"], u["pci_bus_id"]) == (index, bus)
     assert u["problem"] == "Unable to determine the device handle: Unknown Error"
 
 
 def test_unreachable_line_cut_after_the_index():
-    (u,) = dflash_fingerprint.smi_errors.unreachable_gpus("Unable to determine the device handle for GPU0\nThu Aug 27 18:05:38 2026\n")
+    (u,) = smi_errors.unreachable_gpus("Unable to determine the device handle for GPU0\nThu Aug 27 18:05:38 2026\n")
     assert (u["index"], u["pci_bus_id"], u["problem"]) == (0, None, "Unable to determine the device handle")
 
 
@@ -288,27 +284,27 @@ def test_unreachable_line_cut_after_the_index():
     ("Tesla P100-PCIE-16GB", "6.0"), ("Tesla P40", "6.1"), ("NVIDIA GeForce ...", None), ("Some Future Card", None),
 ])
 def test_name_table(name, sm):
-    assert dflash_fingerprint.values.sm_from_name(name) == sm
+    assert values.sm_from_name(name) == sm
 
 
 @pytest.mark.parametrize(("sm", "arch"), [("7.0", "volta"), ("7.5", "turing"), ("8.0", "ampere"), ("8.6", "ampere"),
                                           ("8.9", "ada"), ("9.0", "hopper"), ("10.0", "blackwell"),
                                           ("12.0", "blackwell"), ("12.1", "blackwell"), ("6.1", "pascal")])
 def test_arch_of(sm, arch):
-    assert dflash_fingerprint.values.arch_of(sm) == arch
+    assert values.arch_of(sm) == arch
 
 
 def test_small_parsers():
-    assert dflash_fingerprint.parse.parse_proc_version(lab("ct200")["proc-driver-nvidia-version.txt"]) == "580.95.05"
-    assert dflash_fingerprint.parse.parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.57.02  Tue Jul 13 16:14:05 "
+    assert parse.parse_proc_version(lab("ct200")["proc-driver-nvidia-version.txt"]) == "580.95.05"
+    assert parse.parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.57.02  Tue Jul 13 16:14:05 "
                                   "UTC 2021\n") == "470.57.02"
-    assert dflash_fingerprint.parse.parse_nvcc(lab("ct200")["nvcc-version.txt"]) == "12.8"
-    assert dflash_fingerprint.parse.parse_nvcc("") is None
-    assert dflash_fingerprint.parse.parse_glibc("glibc 2.39\n") == "2.39"
-    assert dflash_fingerprint.values.norm_bus_id("0000:3b:00.0") == "00000000:3B:00.0"
-    assert dflash_fingerprint.values.cuda_of_driver("535.104.05") == "12.2" and dflash_fingerprint.values.cuda_of_driver("390.1") == "9.1" and dflash_fingerprint.values.cuda_of_driver("352.1") is None
-    assert dflash_fingerprint.parse.parse_torch('{"version": "2.11.0+cu130", "cuda": "13.0", "available": true}')["cuda"] == "13.0"
-    assert dflash_fingerprint.parse.parse_torch("Traceback ...")["error"]
+    assert parse.parse_nvcc(lab("ct200")["nvcc-version.txt"]) == "12.8"
+    assert parse.parse_nvcc("") is None
+    assert parse.parse_glibc("glibc 2.39\n") == "2.39"
+    assert values.norm_bus_id("0000:3b:00.0") == "00000000:3B:00.0"
+    assert values.cuda_of_driver("535.104.05") == "12.2" and values.cuda_of_driver("390.1") == "9.1" and values.cuda_of_driver("352.1") is None
+    assert parse.parse_torch('{"version": "2.11.0+cu130", "cuda": "13.0", "available": true}')["cuda"] == "13.0"
+    assert parse.parse_torch("Traceback ...")["error"]
 
 
 def test_process_unit_from_cgroup(tmp_path):
@@ -316,19 +312,19 @@ def test_process_unit_from_cgroup(tmp_path):
     (tmp_path / "42" / "cgroup").write_text("0::/system.slice/dflash-main.service\n")
     (tmp_path / "43").mkdir()
     (tmp_path / "43" / "cgroup").write_text("12:pids:/user.slice/user-0.slice/session-3.scope\n")
-    assert dflash_fingerprint.collect.process_unit(42, proc=str(tmp_path)) == "dflash-main.service"
-    assert dflash_fingerprint.collect.process_unit(43, proc=str(tmp_path)) == "session-3.scope"
-    assert dflash_fingerprint.collect.process_unit(44, proc=str(tmp_path)) is None
+    assert collect.process_unit(42, proc=str(tmp_path)) == "dflash-main.service"
+    assert collect.process_unit(43, proc=str(tmp_path)) == "session-3.scope"
+    assert collect.process_unit(44, proc=str(tmp_path)) is None
     raw = lab("ct200")
     raw["capture-meta.json"] = json.dumps({"process_units": {"2381466": "ddtree-wrapper.service"}})
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(raw)
+    fp = merge.fingerprint_from_raw(raw)
     assert fp["gpus"][0]["processes"][0]["unit"] == "ddtree-wrapper.service"
 
 
 def test_query_csv_any_field_order_with_header():
     text = ("name, memory.total [MiB], compute_cap, index, pci.bus_id, memory.used [MiB]\n"
             "NVIDIA H200, 143771 MiB, 9.0, 0, 00000000:19:00.0, 0 MiB\n")
-    (g,) = dflash_fingerprint.parse.parse_query_csv(text)
+    (g,) = parse.parse_query_csv(text)
     assert (g["index"], g["name"], g["sm"], g["memory_total_mib"], g["memory_used_mib"], g["pci_bus_id"]) == \
         (0, "NVIDIA H200", "9.0", 143771, 0, "00000000:19:00.0")
 
@@ -337,7 +333,7 @@ def test_torch_probe_runs_in_a_real_python():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", dflash_fingerprint.collect.TORCH_PROBE], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", collect.TORCH_PROBE], capture_output=True, text=True, check=True)
     data = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(data) >= {"version", "cuda", "available"}
 
@@ -346,17 +342,17 @@ def test_xml_compute_cap_element_when_present():
     xml = lab("ct129")["nvidia-smi-q.xml"].replace("<product_name>NVIDIA RTX A6000</product_name>",
                                                    "<product_name>NVIDIA Future Card</product_name>\n"
                                                    "\t\t<compute_cap>8.6</compute_cap>")
-    g = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})["gpus"][0]
+    g = merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})["gpus"][0]
     assert (g["sm"], g["sm_source"], g["arch"]) == ("8.6", "compute_cap", "ampere")
 
 
 def test_xml_row_remapping_pending_and_the_real_h200_layout():
     xml = lab("ct200")["nvidia-smi-q.xml"].replace("<remapped_row_pending>No<", "<remapped_row_pending>Yes<", 1)
-    gpus = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})["gpus"]
+    gpus = merge.fingerprint_from_raw({"nvidia-smi-q.xml": xml})["gpus"]
     assert gpus[0]["problem"] == "row remapping pending (reset needed)" and not gpus[0]["healthy"]
     assert all(g["healthy"] for g in gpus[1:])
     h200 = ROOT / "tests" / "fixtures" / "captures" / "h200" / "nvidia-smi-q.xml"
     if h200.is_file():  # the real 580.159.04 XML (DTD v13) parses alone
-        (g,) = dflash_fingerprint.merge.fingerprint_from_raw({"nvidia-smi-q.xml": h200.read_text()})["gpus"]
+        (g,) = merge.fingerprint_from_raw({"nvidia-smi-q.xml": h200.read_text()})["gpus"]
         assert (g["name"], g["sm"], g["arch"], g["memory_total_mib"], g["healthy"]) == \
             ("NVIDIA H200", "9.0", "hopper", 143771, True)

@@ -7,11 +7,11 @@ import socket
 import sys
 import time
 
-import dflash_fingerprint.collect
-import dflash_runner
 import pytest
-from dflash_instances import host as di_host
-from dflash_instances import validate as di_validate
+from ansible.module_utils import dflash_runner
+from ansible.module_utils.dflash_fingerprint import collect
+from ansible.module_utils.dflash_instances import host as di_host
+from ansible.module_utils.dflash_instances import validate as di_validate
 
 V1_HEAD = "12:pids:{p}\n11:memory:{p}\n4:cpuset:/\n1:name=systemd:{p}\n"
 # name: (cgroup text or None for no file, the runner unit whose process group the process is in
@@ -72,19 +72,19 @@ def test_both_stages_name_the_same_unit(tmp_path):
     by_port = {x["port"]: x for x in di_host.read_listeners(str(proc), run_dir=str(run))}
     for name, (pid, port) in pids.items():
         assert by_port[port]["pid"] == pid, name
-        fingerprint = dflash_fingerprint.collect.process_unit(pid, proc=str(proc), run_dir=str(run))
+        fingerprint = collect.process_unit(pid, proc=str(proc), run_dir=str(run))
         assert fingerprint == by_port[port]["unit"] == CASES[name][3], name
 
 
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if c[0] is not None])
 def test_cgroup_text_alone(name):
     cgroup, _, want, _ = CASES[name]
-    assert di_host.unit_from_cgroup(cgroup) == want
+    assert dflash_runner.unit_from_cgroup(cgroup) == want
 
 
 def test_one_implementation():
-    assert dflash_fingerprint.collect.process_unit is dflash_runner.process_unit
-    assert di_host.unit_from_cgroup is dflash_runner.unit_from_cgroup
+    assert collect.process_unit is dflash_runner.process_unit
+    assert di_host.process_unit is dflash_runner.process_unit
 
 
 def test_runner_started_listener_is_ours_in_both_stages(tmp_path):
@@ -103,7 +103,7 @@ def test_runner_started_listener_is_ours_in_both_stages(tmp_path):
             pass
         listener = next(x for x in di_host.read_listeners(run_dir=str(run)) if x["port"] == port)
         assert listener["pid"] == pid
-        assert listener["unit"] == dflash_fingerprint.collect.process_unit(pid, run_dir=str(run)) == "dflash-l.service"
+        assert listener["unit"] == collect.process_unit(pid, run_dir=str(run)) == "dflash-l.service"
         assert di_validate.is_ours(listener, service_user=listener["user"])
     finally:
         dflash_runner.stop(str(run / "dflash-l.service.pid"), timeout=5)

@@ -4,10 +4,10 @@
 
 import json
 
-import dflash_metrics as metrics
-import dflash_rollout as ro
-import dflash_router as rt
 import pytest
+from ansible.module_utils import dflash_metrics as metrics
+from ansible.module_utils import dflash_rollout as ro
+from ansible.module_utils import dflash_router as rt
 from test_smoke import FakeTime
 
 # --------------------------------------------------------------------------- batches

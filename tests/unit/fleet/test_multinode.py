@@ -3,9 +3,9 @@ the hosts, the instance and the field; a good layout passes; the rollout batches
 
 import copy
 
-import dflash_multinode as mn
-import dflash_rollout as ro
 import pytest
+from ansible.module_utils import dflash_multinode as mn
+from ansible.module_utils import dflash_rollout as ro
 
 ADDR = {"fl-d": ["fl-d", "mol-fl-d", "10.88.0.4"], "fl-e": ["fl-e", "mol-fl-e", "10.88.0.5"],
         "fl-a": ["fl-a", "10.88.0.1"]}

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dflash_router as rt
 import pytest
+from ansible.module_utils import dflash_router as rt
 from test_smoke import FakeTime
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "router"

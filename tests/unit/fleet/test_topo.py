@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-import dflash_topo as t
 import pytest
+from ansible.module_utils import dflash_topo as t
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "topo"
 

@@ -4,12 +4,12 @@ and the rules on real topologies, the launch flags, the smoke record of a node r
 import copy
 from pathlib import Path
 
-import dflash_topo as topo
-import dflash_tp as tp
 import pytest
-from dflash_instances import fields as di_fields
-from dflash_instances import flags as di_flags
-from dflash_instances import validate as di_validate
+from ansible.module_utils import dflash_topo as topo
+from ansible.module_utils import dflash_tp as tp
+from ansible.module_utils.dflash_instances import fields as di_fields
+from ansible.module_utils.dflash_instances import flags as di_flags
+from ansible.module_utils.dflash_instances import validate as di_validate
 from test_instances import CT200_FACTS, DRAFT, MODEL, RULE_NAMES
 from test_rules import CT129, RULES
 
@@ -189,10 +189,9 @@ def test_single_gpu_and_unknown_topology_fire_nothing():
 
 
 def test_lab_ct129_capture_through_the_real_parser():
-    import dflash_fingerprint.collect
-    import dflash_fingerprint.merge
+    from ansible.module_utils.dflash_fingerprint import collect, merge
     lab = Path(__file__).resolve().parents[3] / "lab" / "captures" / "ct129"
-    fp = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(str(lab)))
+    fp = merge.fingerprint_from_raw(collect.read_capture(str(lab)))
     assert fp["topology"]["links"] == {"0-1": "SYS"} and fp["topology"]["p2p"] == {"0-1": "CNS"}
     p = plan(inst(gpus=[0, 1]), fp)
     assert {"tp-gpus-without-p2p", "tp-gpus-across-numa-nodes"} <= set(applied(p))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-import dflash_checks as ck
-import dflash_diskspace as dsk
-import dflash_inventory as inv
-import dflash_server_flags as sf
 import pytest
+from ansible.module_utils import dflash_checks as ck
+from ansible.module_utils import dflash_diskspace as dsk
+from ansible.module_utils import dflash_inventory as inv
+from ansible.module_utils import dflash_server_flags as sf
 from test_instances import CT200_FACTS, good, validate
 
 ROOT = Path(__file__).resolve().parents[3]

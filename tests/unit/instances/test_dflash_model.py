@@ -6,11 +6,11 @@ import json
 import sys
 from pathlib import Path
 
-import dflash_model as dm
 import pytest
-from dflash_instances import host as di_host
-from dflash_instances import rules as di_rules
-from dflash_instances import validate as di_validate
+from ansible.module_utils import dflash_model as dm
+from ansible.module_utils.dflash_instances import host as di_host
+from ansible.module_utils.dflash_instances import rules as di_rules
+from ansible.module_utils.dflash_instances import validate as di_validate
 from test_instances import CT200_FACTS, DRAFT, MODEL, good, validate
 from test_rules import CT129, CT200, PROBE_GOOD, RULES, plan
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dflash_instances import fields as di_fields
-from dflash_instances import flags as di_flags
-from dflash_instances import rules as di_rules
+from ansible.module_utils.dflash_instances import fields as di_fields
+from ansible.module_utils.dflash_instances import flags as di_flags
+from ansible.module_utils.dflash_instances import rules as di_rules
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = yaml.safe_load((ROOT / "roles/dflash_instances/vars/main.yml").read_text())["__dflash_instances_rules"]
@@ -201,7 +201,7 @@ def test_sm90_without_fa3_gets_explicit_backend():
 
 
 def test_sm90_fa3_from_the_sgl_kernel_files(tmp_path):
-    from dflash_instances import host as d_host
+    from ansible.module_utils.dflash_instances import host as d_host
     pkg = tmp_path / "site-packages" / "sgl_kernel"
     (pkg / "sm90").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -294,9 +294,8 @@ def test_condition_language_rejects_typos():
 # --- real parser output: the lab captures and the H200 capture + probe from the GPU machine ---
 
 def _replay(path):
-    import dflash_fingerprint.collect
-    import dflash_fingerprint.merge
-    return dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(str(ROOT / path)))
+    from ansible.module_utils.dflash_fingerprint import collect, merge
+    return merge.fingerprint_from_raw(collect.read_capture(str(ROOT / path)))
 
 
 def test_ct200_lab_capture_through_the_real_parser():

@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dflash_release.manifest
-import dflash_release.ops
-import dflash_secrets as sec
-import dflash_smoke as smoke
 import pytest
+from ansible.module_utils import dflash_secrets as sec
+from ansible.module_utils import dflash_smoke as smoke
+from ansible.module_utils.dflash_release import manifest, ops
 from test_standin import BASE_ARGS, SPEC_ARGS, Server, http
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,7 +68,7 @@ def flags(env=None):
 
 def test_release_writes_secrets_to_the_env_file_only(tmp_path):
     prefix = str(tmp_path)
-    out = dflash_release.ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY,
+    out = ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY,
                                                                                        "HF_TOKEN": "hf_secret"}})
     env = Path(out["path"]) / "instances" / "a.env"
     assert f'DFLASH_API_KEY="{KEY}"' in env.read_text() and oct(env.stat().st_mode & 0o777) == "0o600"
@@ -77,15 +76,15 @@ def test_release_writes_secrets_to_the_env_file_only(tmp_path):
     assert holders == [env]
     assert out["manifest"]["instances"]["a"]["secrets"] == ["DFLASH_API_KEY", "HF_TOKEN"]
     # a new key is a new release (the digest follows the key through the host's salt), the same key is not
-    again = dflash_release.ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False,
+    again = ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False,
                         secrets={"a": {"DFLASH_API_KEY": KEY, "HF_TOKEN": "hf_secret"}})
     assert again["id"] == out["id"] and not again["created"]
-    other = dflash_release.ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY + "2"}})
+    other = ops.prepare(prefix, LAYERS, None, flags(), None, "rev", False, secrets={"a": {"DFLASH_API_KEY": KEY + "2"}})
     assert other["id"] != out["id"]
 
 
 def test_manifest_masks_credential_env_that_reached_the_flags():
-    content = dflash_release.manifest.build_content(LAYERS, None, flags({"HF_TOKEN": "hf_leak", "X": "1"}), None, {"a": "text"})
+    content = manifest.build_content(LAYERS, None, flags({"HF_TOKEN": "hf_leak", "X": "1"}), None, {"a": "text"})
     assert content["instances"]["a"]["env"] == {"HF_TOKEN": "********", "X": "1"}
 
 

@@ -9,11 +9,11 @@ import shutil
 import sys
 from pathlib import Path
 
-import dflash_layers as L
-import dflash_overlay as O
-import dflash_probe as P
-import dflash_wheelhouse as WH
 import pytest
+from ansible.module_utils import dflash_layers as L
+from ansible.module_utils import dflash_overlay as O
+from ansible.module_utils import dflash_probe as P
+from ansible.module_utils import dflash_wheelhouse as WH
 from test_layers import _role_default_layers, run_py
 
 UV = shutil.which("uv")

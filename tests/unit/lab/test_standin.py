@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from dflash_diagnose.engine import diagnose_text
-from dflash_diagnose.rules import CAUSES
+from ansible.module_utils.dflash_diagnose.engine import diagnose_text
+from ansible.module_utils.dflash_diagnose.rules import CAUSES
 
 ROOT = Path(__file__).resolve().parents[3]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"

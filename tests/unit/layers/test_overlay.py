@@ -13,12 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dflash_consistency as C
-import dflash_layers as L
-import dflash_overlay as O
-import dflash_wheelhouse as WH
-import dflash_wheels as W
 import pytest
+from ansible.module_utils import dflash_consistency as C
+from ansible.module_utils import dflash_layers as L
+from ansible.module_utils import dflash_overlay as O
+from ansible.module_utils import dflash_pep508 as pep508
+from ansible.module_utils import dflash_wheelhouse as WH
+from ansible.module_utils import dflash_wheels as W
 from test_layers import make_wheel, run_py, snapshot
 
 UV = shutil.which("uv")
@@ -190,7 +191,7 @@ def test_overlay_over_an_existing_venv_installs_only_the_difference(tmp_path, in
     assert os.path.isdir(over["path"])  # the old overlay stays until prune
 
 
-C_ENV = __import__("dflash_pep508").MARKER_ENV_CODE
+C_ENV = pep508.MARKER_ENV_CODE
 
 
 @needs_uv
@@ -279,7 +280,7 @@ def test_wheelhouse_locks_the_closure_and_fetches_only_the_layers_own_wheels(tmp
 
 @needs_uv
 def test_probe_consistency_gates_on_the_closure_and_reports_the_rest(tmp_path, index, offline):
-    import dflash_probe as P
+    from ansible.module_utils import dflash_probe as P
 
     train = tmp_path / "train-venv"
     venv_with(train, [offline / "dfl_a-1.0-py3-none-any.whl", offline / "dfl_gpu-2.0+cu130-py3-none-any.whl"])

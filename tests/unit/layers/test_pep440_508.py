@@ -7,9 +7,9 @@ that covers local labels, pre/post/dev releases, epochs and wildcards."""
 import importlib.metadata
 import itertools
 
-import dflash_pep440 as V
-import dflash_pep508 as R
 import pytest
+from ansible.module_utils import dflash_pep440 as V
+from ansible.module_utils import dflash_pep508 as R
 from packaging.markers import default_environment
 from packaging.requirements import Requirement as PReq
 from packaging.specifiers import SpecifierSet as PSpecSet

@@ -7,8 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import dflash_probe as P
 import pytest
+from ansible.module_utils import dflash_probe as P
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "probe"
 

@@ -4,11 +4,9 @@ from module_utils/dflash_jinja.py; the fingerprint fleet filters give what the p
 import importlib.util
 from pathlib import Path
 
-import dflash_fingerprint.collect
-import dflash_fingerprint.merge
-import dflash_fingerprint.report
-import dflash_jinja
 import pytest
+from ansible.module_utils import dflash_jinja
+from ansible.module_utils.dflash_fingerprint import collect, merge, report
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = ROOT / "lab" / "captures"
@@ -49,15 +47,15 @@ def test_plain_gives_plain_python():
 def test_fleet_filters_match_the_pure_functions():
     filters = load_plugin("dflash_fingerprint").FilterModule().filters()
     hostvars = {
-        "ct200": {"dflash_fingerprint": dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(LAB / "ct200")),
+        "ct200": {"dflash_fingerprint": merge.fingerprint_from_raw(collect.read_capture(LAB / "ct200")),
                   "__dflash_fingerprint_result": {"refusals": [TaggedStr("ct200: GPU 0 is busy")]}},
-        "ct129": {"dflash_fingerprint": dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(LAB / "ct129"))},
+        "ct129": {"dflash_fingerprint": merge.fingerprint_from_raw(collect.read_capture(LAB / "ct129"))},
         "down": {},
     }
     collected = filters["dflash_fleet_collect"](hostvars, [TaggedStr("ct200"), "ct129", "down"])
     fleet, refusals = collected["fleet"], collected["refusals"]
     assert fleet["down"] is None and refusals == {"ct200": ["ct200: GPU 0 is busy"], "ct129": [], "down": []}
     assert type(refusals["ct200"][0]) is str
-    assert filters["dflash_fleet_rows"](fleet, refusals) == dflash_fingerprint.report.fleet_rows(fleet, refusals)
-    assert filters["dflash_fleet_text"](fleet, refusals) == dflash_fingerprint.report.fleet_text(fleet, refusals)
-    assert filters["dflash_fleet_markdown"](fleet, refusals) == dflash_fingerprint.report.fleet_markdown(fleet, refusals)
+    assert filters["dflash_fleet_rows"](fleet, refusals) == report.fleet_rows(fleet, refusals)
+    assert filters["dflash_fleet_text"](fleet, refusals) == report.fleet_text(fleet, refusals)
+    assert filters["dflash_fleet_markdown"](fleet, refusals) == report.fleet_markdown(fleet, refusals)

@@ -8,11 +8,11 @@ import json
 import time
 from pathlib import Path
 
-import dflash_gates as g
-import dflash_gates_config as cfg
-import dflash_gates_output as out
-import dflash_gates_perf as perf
 import pytest
+from ansible.module_utils import dflash_gates as g
+from ansible.module_utils import dflash_gates_config as cfg
+from ansible.module_utils import dflash_gates_output as out
+from ansible.module_utils import dflash_gates_perf as perf
 
 ROOT = Path(__file__).resolve().parents[3]
 REPLIES = ROOT / "tests" / "fixtures" / "replies"

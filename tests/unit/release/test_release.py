@@ -5,13 +5,8 @@ import json
 import os
 import time
 
-import dflash_release.activation
-import dflash_release.envfile
-import dflash_release.manifest
-import dflash_release.ops
-import dflash_release.order
-import dflash_release.store
 import pytest
+from ansible.module_utils.dflash_release import activation, envfile, manifest, ops, order, store
 
 FP = {
     "gpu_count": 1,
@@ -65,7 +60,7 @@ def prep(tmp_path, **kw):
         "host": "ct200",
     }
     args.update(kw)
-    return dflash_release.ops.prepare(**args)
+    return ops.prepare(**args)
 
 
 def test_fingerprint_digest_ignores_volatile_fields():
@@ -75,38 +70,38 @@ def test_fingerprint_digest_ignores_volatile_fields():
     busy["gpus"][0]["process_units"] = ["dflash-main.service"]
     busy["gpus"][0]["healthy"] = False
     busy["problems"] = ["GPU 0 busy"]
-    assert dflash_release.manifest.fingerprint_digest(busy) == dflash_release.manifest.fingerprint_digest(FP)
+    assert manifest.fingerprint_digest(busy) == manifest.fingerprint_digest(FP)
     newer = json.loads(json.dumps(FP))
     newer["driver_version"] = "590.10"
-    assert dflash_release.manifest.fingerprint_digest(newer) != dflash_release.manifest.fingerprint_digest(FP)
-    assert dflash_release.manifest.fingerprint_digest(None) is None
+    assert manifest.fingerprint_digest(newer) != manifest.fingerprint_digest(FP)
+    assert manifest.fingerprint_digest(None) is None
 
 
 def test_env_file_quoting_round_trips_and_refuses_bad_input():
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "WEIRD": 'a "q" $HOME `x` back\\slash', "FLAG": True}
-    text = dflash_release.envfile.render_env_file(env, ["--port", "30001", '--json={"a":1}'], "ct200: instance main")
-    parsed = dflash_release.envfile.parse_env_file(text)
+    text = envfile.render_env_file(env, ["--port", "30001", '--json={"a":1}'], "ct200: instance main")
+    parsed = envfile.parse_env_file(text)
     assert parsed["WEIRD"] == env["WEIRD"]
     assert parsed["FLAG"] == "1"
     assert parsed["DFLASH_ARGS"] == '--port 30001 --json={"a":1}'
     assert text.index("CUDA_VISIBLE_DEVICES") < text.index("DFLASH_ARGS")
-    with pytest.raises(dflash_release.manifest.ReleaseError, match=r"ct200: instance main: args\[1\]"):
-        dflash_release.envfile.render_env_file({}, ["--json-model-override-args", '{"a": 1}'], "ct200: instance main")
-    with pytest.raises(dflash_release.manifest.ReleaseError, match="env.X: a value may not contain newlines"):
-        dflash_release.envfile.render_env_file({"X": "a\nb"}, [], "ct200: instance main")
-    with pytest.raises(dflash_release.manifest.ReleaseError, match="not a valid environment variable name"):
-        dflash_release.envfile.render_env_file({"BAD-NAME": "1"}, [], "ct200: instance main")
+    with pytest.raises(manifest.ReleaseError, match=r"ct200: instance main: args\[1\]"):
+        envfile.render_env_file({}, ["--json-model-override-args", '{"a": 1}'], "ct200: instance main")
+    with pytest.raises(manifest.ReleaseError, match="env.X: a value may not contain newlines"):
+        envfile.render_env_file({"X": "a\nb"}, [], "ct200: instance main")
+    with pytest.raises(manifest.ReleaseError, match="not a valid environment variable name"):
+        envfile.render_env_file({"BAD-NAME": "1"}, [], "ct200: instance main")
 
 
 def test_first_prepare_creates_release_with_manifest_links_and_0600_env(tmp_path):
     now = dt.datetime(2026, 11, 30, 5, 6, 7, tzinfo=dt.UTC)
     res = prep(tmp_path, now=now)
     assert res["created"] and res["activate"] and res["previous"] is None
-    assert res["id"].startswith("20261130T050607-") and dflash_release.manifest.RELEASE_ID_RE.match(res["id"])
+    assert res["id"].startswith("20261130T050607-") and manifest.RELEASE_ID_RE.match(res["id"])
     path = tmp_path / "opt/releases" / res["id"]
     m = json.loads((path / "manifest.json").read_text())
     assert m["id"] == res["id"] and m["sequence"] == 1 and m["toolkit"] == {"revision": "abc123", "dirty": False}
-    assert m["fingerprint_digest"] == dflash_release.manifest.fingerprint_digest(FP)
+    assert m["fingerprint_digest"] == manifest.fingerprint_digest(FP)
     assert m["tree"]["files_count"] == 1 and "files" not in m["tree"]
     assert m["instances"]["main"]["applied"][0]["rule"] == "sm120_triton"
     assert os.readlink(path / "venv") == str(tmp_path / "layers/sglang-aaaa")
@@ -119,8 +114,8 @@ def test_first_prepare_creates_release_with_manifest_links_and_0600_env(tmp_path
 
 def test_unchanged_rerun_reuses_release_and_reports_nothing(tmp_path):
     first = prep(tmp_path)
-    dflash_release.ops.activate(str(tmp_path / "opt"), first["id"])
-    again = prep(tmp_path, now=dflash_release.store.utc_now() + dt.timedelta(hours=1))
+    ops.activate(str(tmp_path / "opt"), first["id"])
+    again = prep(tmp_path, now=store.utc_now() + dt.timedelta(hours=1))
     assert again["id"] == first["id"] and not again["created"] and not again["activate"]
     assert again["changed_instances"] == []
     assert len(os.listdir(tmp_path / "opt/releases")) == 1
@@ -135,16 +130,16 @@ def test_changed_flags_make_new_release_with_previous_and_only_that_instance_cha
     fl = flags()
     fl["other"] = {"args": ["--port", "30002"], "env": {"CUDA_VISIBLE_DEVICES": "2"}}
     first = prep(tmp_path, flags=fl)
-    dflash_release.ops.activate(prefix, first["id"])
+    ops.activate(prefix, first["id"])
     fl2 = json.loads(json.dumps(fl))
     fl2["main"]["args"] += ["--grammar-backend", "none"]
     second = prep(tmp_path, flags=fl2)
     assert second["created"] and second["id"] != first["id"] and second["previous"] == first["id"]
     assert second["changed_instances"] == ["main"]
-    m = dflash_release.store.read_json(os.path.join(second["path"], "manifest.json"))
+    m = store.read_json(os.path.join(second["path"], "manifest.json"))
     assert m["sequence"] == 2 and m["previous"] == first["id"]
     # a new venv changes every instance
-    dflash_release.ops.activate(prefix, second["id"])
+    ops.activate(prefix, second["id"])
     third = prep(tmp_path, flags=fl2, layers=layers(tmp_path, "bbbb"))
     assert third["changed_instances"] == ["main", "other"]
 
@@ -152,20 +147,20 @@ def test_changed_flags_make_new_release_with_previous_and_only_that_instance_cha
 def test_check_mode_writes_nothing(tmp_path):
     res = prep(tmp_path, check_mode=True)
     assert res["created"] and not (tmp_path / "opt/releases").exists()
-    assert dflash_release.ops.activate(str(tmp_path / "opt"), res["id"], check_mode=True)["changed"]
-    r_act = dflash_release.ops.activate(str(tmp_path / "opt"), prep(tmp_path)["id"], check_mode=True)
+    assert ops.activate(str(tmp_path / "opt"), res["id"], check_mode=True)["changed"]
+    r_act = ops.activate(str(tmp_path / "opt"), prep(tmp_path)["id"], check_mode=True)
     assert r_act["changed"] and not os.path.lexists(tmp_path / "opt/current")
 
 
 def test_activate_is_atomic_relative_and_idempotent(tmp_path):
     prefix = str(tmp_path / "opt")
     res = prep(tmp_path)
-    assert dflash_release.ops.activate(prefix, res["id"])["changed"]
+    assert ops.activate(prefix, res["id"])["changed"]
     assert os.readlink(tmp_path / "opt/current") == f"releases/{res['id']}"
-    assert not dflash_release.ops.activate(prefix, res["id"])["changed"]
-    with pytest.raises(dflash_release.manifest.ReleaseError, match="not found"):
-        dflash_release.ops.activate(prefix, "20260101T000000-deadbeef")
-    assert dflash_release.ops.deactivate(prefix)["changed"] and dflash_release.activation.current_target(prefix) is None
+    assert not ops.activate(prefix, res["id"])["changed"]
+    with pytest.raises(manifest.ReleaseError, match="not found"):
+        ops.activate(prefix, "20260101T000000-deadbeef")
+    assert ops.deactivate(prefix)["changed"] and activation.current_target(prefix) is None
 
 
 def test_reused_release_with_drifted_env_file_is_repaired(tmp_path):
@@ -185,24 +180,24 @@ def test_order_comes_from_manifests_not_mtimes(tmp_path):
     prefix = str(tmp_path / "opt")
     ids = []
     for i, h in enumerate(["aaaa", "bbbb", "cccc"]):
-        res = prep(tmp_path, layers=layers(tmp_path, h), now=dflash_release.store.utc_now() + dt.timedelta(seconds=i))
+        res = prep(tmp_path, layers=layers(tmp_path, h), now=store.utc_now() + dt.timedelta(seconds=i))
         ids.append(res["id"])
     # make the oldest release look newest on disk
     future = time.time() + 10000
     os.utime(tmp_path / "opt/releases" / ids[0], (future, future))
-    listed = dflash_release.ops.listing(prefix)["releases"]
+    listed = ops.listing(prefix)["releases"]
     assert [row["id"] for row in listed] == ids
     # sequence wins over created and id
     ms = [_manifest("b", 2, "2020"), _manifest("a", 1, "2030"), _manifest("c", 3, "2000")]
-    assert [m["id"] for m in dflash_release.order.order_releases(ms)] == ["a", "b", "c"]
+    assert [m["id"] for m in order.order_releases(ms)] == ["a", "b", "c"]
 
 
 def test_keep_n_protects_current_and_previous():
     ms = [_manifest(f"r{i}", i) for i in range(1, 8)]
-    kept, removed = dflash_release.order.plan_prune(ms, 3, protect=("r1",))
+    kept, removed = order.plan_prune(ms, 3, protect=("r1",))
     assert kept == ["r1", "r5", "r6", "r7"] and removed == ["r2", "r3", "r4"]
-    with pytest.raises(dflash_release.manifest.ReleaseError):
-        dflash_release.order.plan_prune(ms, 0)
+    with pytest.raises(manifest.ReleaseError):
+        order.plan_prune(ms, 0)
 
 
 def test_prune_removes_old_releases_only_and_hands_the_kept_manifests_to_the_stages(tmp_path):
@@ -215,12 +210,12 @@ def test_prune_removes_old_releases_only_and_hands_the_kept_manifests_to_the_sta
         res = prep(
             tmp_path,
             tree=dict(TREE, path=str(t / "site-packages")),
-            now=dflash_release.store.utc_now() + dt.timedelta(seconds=i),
+            now=store.utc_now() + dt.timedelta(seconds=i),
         )
         ids.append(res["id"])
     (trees / ".tmp-building").mkdir()
-    dflash_release.ops.activate(prefix, ids[0])  # current is the oldest: it must survive keep=2
-    out = dflash_release.ops.prune(prefix, keep=2)
+    ops.activate(prefix, ids[0])  # current is the oldest: it must survive keep=2
+    out = ops.prune(prefix, keep=2)
     assert out["removed"] == [ids[1]]
     assert sorted(os.listdir(tmp_path / "opt/releases")) == sorted([ids[0], ids[2], ids[3]])
     # the trees are the tree stage's: release leaves them all and says what the kept releases use
@@ -228,8 +223,8 @@ def test_prune_removes_old_releases_only_and_hands_the_kept_manifests_to_the_sta
     assert sorted(m["id"] for m in out["kept_manifests"]) == sorted([ids[0], ids[2], ids[3]])
     assert all(m["tree_path"].endswith("/site-packages") and m["layers"] for m in out["kept_manifests"])
     assert str(tmp_path / "layers/sglang-aaaa") in out["referenced_layers"]
-    import dflash_tree.prune
-    removed = dflash_tree.prune.prune_trees(str(trees), out["kept_manifests"])
+    from ansible.module_utils.dflash_tree import prune
+    removed = prune.prune_trees(str(trees), out["kept_manifests"])
     assert [os.path.basename(p) for p in removed] == ["sglang-0.5.11-000000000001"]
     assert sorted(os.listdir(trees)) == [".tmp-building"] + [f"sglang-0.5.11-{i:012x}" for i in (0, 2, 3)]
 
@@ -237,27 +232,27 @@ def test_prune_removes_old_releases_only_and_hands_the_kept_manifests_to_the_sta
 def test_rollback_target_skips_failed_and_honours_rollback_to(tmp_path):
     prefix = str(tmp_path / "opt")
     ids = [
-        prep(tmp_path, layers=layers(tmp_path, h), now=dflash_release.store.utc_now() + dt.timedelta(seconds=i))["id"]
+        prep(tmp_path, layers=layers(tmp_path, h), now=store.utc_now() + dt.timedelta(seconds=i))["id"]
         for i, h in enumerate(["aaaa", "bbbb", "cccc"])
     ]
-    dflash_release.ops.activate(prefix, ids[2])
-    dflash_release.ops.mark(prefix, ids[1], "failed", {"main": "crash"})
-    plan = dflash_release.ops.plan_rollback(prefix)
+    ops.activate(prefix, ids[2])
+    ops.mark(prefix, ids[1], "failed", {"main": "crash"})
+    plan = ops.plan_rollback(prefix)
     assert plan["current"] == ids[2] and plan["target"] == ids[0]
     assert any(line.startswith("venv:") for line in plan["changes"])
     assert plan["changed_instances"] == ["main"]
-    assert dflash_release.ops.plan_rollback(prefix, ids[1])["target"] == ids[1]
-    with pytest.raises(dflash_release.manifest.ReleaseError, match="no such release"):
-        dflash_release.ops.plan_rollback(prefix, "20990101T000000-00000000")
-    dflash_release.ops.activate(prefix, ids[0])
-    with pytest.raises(dflash_release.manifest.ReleaseError, match="no release to go back to"):
-        dflash_release.ops.plan_rollback(prefix)
+    assert ops.plan_rollback(prefix, ids[1])["target"] == ids[1]
+    with pytest.raises(manifest.ReleaseError, match="no such release"):
+        ops.plan_rollback(prefix, "20990101T000000-00000000")
+    ops.activate(prefix, ids[0])
+    with pytest.raises(manifest.ReleaseError, match="no release to go back to"):
+        ops.plan_rollback(prefix)
 
 
 def test_broken_release_dir_is_reported_not_used(tmp_path):
     res = prep(tmp_path)
     (tmp_path / "opt/releases/20260101T000000-00000000").mkdir()
-    listed = dflash_release.ops.listing(str(tmp_path / "opt"))
+    listed = ops.listing(str(tmp_path / "opt"))
     assert [row["id"] for row in listed["releases"]] == [res["id"]]
     assert "no readable manifest.json" in listed["problems"][0]
 
@@ -265,16 +260,16 @@ def test_broken_release_dir_is_reported_not_used(tmp_path):
 def test_mark_is_idempotent(tmp_path):
     prefix = str(tmp_path / "opt")
     rid = prep(tmp_path)["id"]
-    assert dflash_release.ops.mark(prefix, rid, "healthy", {"main": {"tokens_per_s": 1.0}})["changed"]
-    assert not dflash_release.ops.mark(prefix, rid, "healthy", {"main": {"tokens_per_s": 1.0}})["changed"]
-    assert dflash_release.store.load_statuses(prefix, [rid])[rid]["status"] == "healthy"
+    assert ops.mark(prefix, rid, "healthy", {"main": {"tokens_per_s": 1.0}})["changed"]
+    assert not ops.mark(prefix, rid, "healthy", {"main": {"tokens_per_s": 1.0}})["changed"]
+    assert store.load_statuses(prefix, [rid])[rid]["status"] == "healthy"
 
 
 def test_listing_lines_mark_current(tmp_path):
     prefix = str(tmp_path / "opt")
     rid = prep(tmp_path)["id"]
-    dflash_release.ops.activate(prefix, rid)
-    out = dflash_release.ops.listing(prefix)
+    ops.activate(prefix, rid)
+    out = ops.listing(prefix)
     assert out["lines"][0].startswith(rid) and out["lines"][0].endswith("<- current")
     assert "rev abc123" in out["lines"][0] and "[main]" in out["lines"][0]
 
@@ -282,13 +277,13 @@ def test_listing_lines_mark_current(tmp_path):
 def test_rollback_plans_and_switches_in_one_step(tmp_path):
     prefix = str(tmp_path / "opt")
     ids = [
-        prep(tmp_path, layers=layers(tmp_path, h), now=dflash_release.store.utc_now() + dt.timedelta(seconds=i))["id"]
+        prep(tmp_path, layers=layers(tmp_path, h), now=store.utc_now() + dt.timedelta(seconds=i))["id"]
         for i, h in enumerate(["aaaa", "bbbb"])
     ]
-    dflash_release.ops.activate(prefix, ids[1])
-    dry = dflash_release.ops.rollback(prefix, check_mode=True)
-    assert dry["changed"] and dry["target"] == ids[0] and dflash_release.activation.current_target(prefix) == ids[1]
+    ops.activate(prefix, ids[1])
+    dry = ops.rollback(prefix, check_mode=True)
+    assert dry["changed"] and dry["target"] == ids[0] and activation.current_target(prefix) == ids[1]
     assert dry["lines"][1].endswith("<- current")
-    done = dflash_release.ops.rollback(prefix)
-    assert done["changed"] and dflash_release.activation.current_target(prefix) == ids[0] and done["changed_instances"] == ["main"]
-    assert not dflash_release.ops.rollback(prefix, ids[0])["changed"]
+    done = ops.rollback(prefix)
+    assert done["changed"] and activation.current_target(prefix) == ids[0] and done["changed_instances"] == ["main"]
+    assert not ops.rollback(prefix, ids[0])["changed"]

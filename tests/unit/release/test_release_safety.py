@@ -8,8 +8,7 @@ import json
 import os
 import time
 
-import dflash_release.activation
-import dflash_release.ops
+from ansible.module_utils.dflash_release import activation, ops
 
 LAYERS = [{"name": "lab", "path": "/opt/dflash/layers/lab-1", "hash": "1", "parent": None, "python": "/usr/bin/python3"}]
 CUR = {"id": "r1", "instances": {"old": {"args": ["--port", "30001"]}, "keep": {"args": ["--port", "30002"]}}}
@@ -23,35 +22,35 @@ def flags(*names, **extra):
 
 
 def test_absent_instances_are_kept_unless_removal_is_asked():
-    plan = dflash_release.ops.absent_plan(CUR, UNITS, flags("keep"))
+    plan = ops.absent_plan(CUR, UNITS, flags("keep"))
     assert plan["carry"] == ["old"] and plan["kept_units"] == ["dflash-manual.service"]
     # keep no longer stages a model: its staging unit goes, its cache stays
     assert plan["remove"] == [{"instance": "keep", "unit": "dflash-stage-keep.service", "stage_unit": False,
                                "cache": False}]
-    assert dflash_release.ops.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/data/k"}))["remove"] == []
+    assert ops.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/data/k"}))["remove"] == []
 
 
 def test_removal_by_name_and_of_everything_absent():
-    asked = dflash_release.ops.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/d"}), remove=["old", "nothere"])
+    asked = ops.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/d"}), remove=["old", "nothere"])
     assert asked["carry"] == [] and [r["instance"] for r in asked["remove"]] == ["old"]
     assert asked["unknown"] == ["nothere"]
-    everything = dflash_release.ops.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/d"}), remove_absent=True)
+    everything = ops.absent_plan(CUR, UNITS, flags("keep", keep={"model_source": "/d"}), remove_absent=True)
     assert [r["instance"] for r in everything["remove"]] == ["manual", "old"]
     assert "guard" not in json.dumps(everything)
 
 
 def test_prepare_carries_a_kept_instance_unchanged(tmp_path):
     prefix = str(tmp_path)
-    first = dflash_release.ops.prepare(prefix, LAYERS, None, flags("old", "keep"), None, "rev", False)
+    first = ops.prepare(prefix, LAYERS, None, flags("old", "keep"), None, "rev", False)
     os.symlink(f"releases/{first['id']}", tmp_path / "current")
     old_env = (tmp_path / "releases" / first["id"] / "instances" / "old.env").read_text()
-    second = dflash_release.ops.prepare(prefix, LAYERS, None, flags("keep", keep={"env": {"X": "1"}}), None, "rev", False)
+    second = ops.prepare(prefix, LAYERS, None, flags("keep", keep={"env": {"X": "1"}}), None, "rev", False)
     assert second["carried"] == ["old"] and second["remove"] == []
     m = second["manifest"]["instances"]
     assert m["old"]["carried"] and m["old"]["digest"] == first["manifest"]["instances"]["old"]["digest"]
     assert (tmp_path / "releases" / second["id"] / "instances" / "old.env").read_text() == old_env
     assert second["changed_instances"] == ["keep"]  # old is not restarted
-    removed = dflash_release.ops.prepare(prefix, LAYERS, None, flags("keep", keep={"env": {"X": "1"}}), None, "rev", False,
+    removed = ops.prepare(prefix, LAYERS, None, flags("keep", keep={"env": {"X": "1"}}), None, "rev", False,
                           remove=["old"])
     assert removed["carried"] == [] and [r["instance"] for r in removed["remove"]] == ["old"]
     assert "old" not in removed["manifest"]["instances"]
@@ -65,7 +64,7 @@ def test_prepare_sweeps_staging_and_world_writable_files(tmp_path):
     lock.write_text("")
     os.chmod(lock, 0o666)
     os.symlink("/tmp", tmp_path / "cache" / "link")
-    out = dflash_release.ops.prepare(str(tmp_path), LAYERS, None, flags("a"), None, "rev", False)
+    out = ops.prepare(str(tmp_path), LAYERS, None, flags("a"), None, "rev", False)
     assert sorted(os.path.basename(p) for p in out["swept"]) == [".tmp-20260101T000000-aaaaaaaa", ".tmp-current-123"]
     assert oct(lock.stat().st_mode & 0o777) == "0o664" and out["world_writable_fixed"] == 1
     assert not list(tmp_path.rglob(".tmp-*"))
@@ -78,7 +77,7 @@ def test_ansible_temp_dirs_of_an_earlier_boot(tmp_path):
     booted = time.time() - 60
     os.utime(old, (booted - 3600, booted - 3600))
     os.utime(other, (booted - 3600, booted - 3600))
-    assert dflash_release.activation.sweep_before_boot(str(tmp_path), booted) == [str(old)]
+    assert activation.sweep_before_boot(str(tmp_path), booted) == [str(old)]
     assert new.exists() and other.exists()
-    assert dflash_release.activation.sweep_before_boot(str(tmp_path), None) == []
-    assert dflash_release.activation.boot_time() is None or dflash_release.activation.boot_time() < time.time()
+    assert activation.sweep_before_boot(str(tmp_path), None) == []
+    assert activation.boot_time() is None or activation.boot_time() < time.time()

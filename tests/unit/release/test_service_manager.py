@@ -4,8 +4,8 @@ role's default follows it."""
 import json
 import pathlib
 
-import dflash_runner
 import pytest
+from ansible.module_utils import dflash_runner
 from ansible_play import run_play
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

@@ -5,9 +5,9 @@ import ast
 import json
 from pathlib import Path
 
-import dflash_smoke as s
 import pytest
 import yaml
+from ansible.module_utils import dflash_smoke as s
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -98,8 +98,8 @@ def test_start_failure_is_written_to_the_log(tmp_path):
 
 
 def test_unit_of_pid_tells_our_runner_units_from_foreign_processes(tmp_path):
-    import dflash_fingerprint.collect
-    import dflash_instances.host
+    from ansible.module_utils.dflash_fingerprint import collect
+    from ansible.module_utils.dflash_instances import host
     unit = tmp_path / "dflash-w.service"
     unit.write_text(f"[Service]\nExecStart={sys.executable} -c \"import time; time.sleep(30)\"\n")
     run = tmp_path / "run"
@@ -108,7 +108,7 @@ def test_unit_of_pid_tells_our_runner_units_from_foreign_processes(tmp_path):
         assert ur.R.unit_of_pid(pid, run_dir=str(run)) == "dflash-w.service"
         assert ur.R.unit_of_pid(os.getpid(), run_dir=str(run)) is None
         # both stages name the runner-started process by its unit
-        assert dflash_fingerprint.collect.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
-        assert dflash_instances.host.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
+        assert collect.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
+        assert host.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
     finally:
         ur.R.stop(str(run / "dflash-w.service.pid"), timeout=5)

@@ -18,15 +18,12 @@ import sys
 import types
 from pathlib import Path
 
-import dflash_tree.common
-import dflash_tree.diff
-import dflash_tree.series
-import dflash_tree.wheel
 import pytest
+from ansible.module_utils.dflash_tree import common, diff, series
+from ansible.module_utils.dflash_tree import wheel as tree_wheel
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "module_utils"))
 SPEC = "sglang/srt/speculative"
 DDTREE_FILES = [
     f"{SPEC}/ddtree_utils.py",
@@ -49,12 +46,12 @@ DDTREE_PATCHES = ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch", "0103-d
 
 def ddtree_series(patch_dir):
     """The committed series, plus the DDTree patches appended if the series does not list them yet."""
-    patches = dflash_tree.series.read_series_dir(str(patch_dir))
+    patches = series.read_series_dir(str(patch_dir))
     listed = {p["name"] for p in patches}
     for name in DDTREE_PATCHES:
         if name not in listed:
             content = (Path(patch_dir) / name).read_bytes()
-            patches.append({"name": name, "content": content, "sha256": dflash_tree.common.sha256_bytes(content)})
+            patches.append({"name": name, "content": content, "sha256": common.sha256_bytes(content)})
     return patches
 
 
@@ -62,10 +59,10 @@ def series_texts(rels, exclude=()):
     """relpath -> text of each file after the committed series (less the patches named in `exclude`) is
     applied to the pinned wheel (the wheel's own text for a file the series does not touch)."""
     sglang_wheel = pytest.importorskip("sglang_wheel")
-    wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    wheel = tree_wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
         patches = [p for p in ddtree_series(sglang_wheel.PATCH_DIR) if p["name"] not in set(exclude)]
-        contents, _, _ = dflash_tree.diff.apply_series(wheel.read, patches)
+        contents, _, _ = diff.apply_series(wheel.read, patches)
         return {rel: (contents.get(rel) if contents.get(rel) is not None else wheel.read(rel)).decode("utf-8")
                 for rel in rels}  # fmt: skip
     finally:
@@ -85,10 +82,10 @@ def load_text(text, directory, name):
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory):
     sglang_wheel = pytest.importorskip("sglang_wheel")
-    wheel = dflash_tree.wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
+    wheel = tree_wheel.Wheel(str(sglang_wheel.sglang_wheel()), sglang_wheel.pinned_sha256())
     try:
         patches = ddtree_series(sglang_wheel.PATCH_DIR)
-        contents, _, touched = dflash_tree.diff.apply_series(wheel.read, patches)
+        contents, _, touched = diff.apply_series(wheel.read, patches)
     finally:
         wheel.close()
     root = tmp_path_factory.mktemp("ddtree-tree")

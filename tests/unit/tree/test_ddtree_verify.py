@@ -33,7 +33,6 @@ torch = pytest.importorskip("torch", reason="CPU torch is not installed: scripts
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "module_utils"))
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 SPEC = "sglang/srt/speculative"
 

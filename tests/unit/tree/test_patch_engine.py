@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dflash_tree.common
-import dflash_tree.diff
-import dflash_tree.series
 import pytest
+from ansible.module_utils.dflash_tree import common, diff, series
 
 BASE = b"".join(b"line %d\n" % i for i in range(1, 31))
 
@@ -15,8 +13,8 @@ def patch_text(body: str, path: str = "sglang/m.py") -> bytes:
 
 
 def apply(data: bytes | None, text: bytes, name: str = "t.patch") -> bytes | None:
-    (fp,) = dflash_tree.diff.parse_patch(text, name)
-    return dflash_tree.diff.apply_file_patch(data, fp, name)
+    (fp,) = diff.parse_patch(text, name)
+    return diff.apply_file_patch(data, fp, name)
 
 
 def test_exact_hunk_applies():
@@ -47,7 +45,7 @@ def test_no_fuzz_a_single_changed_context_line_fails_naming_the_hunk():
     text = patch_text(
         "@@ -2,2 +2,2 @@\n line 2\n-line 3\n+three\n@@ -20,3 +20,3 @@\n line 20\n-line 21\n+x\n line 99\n"
     )
-    with pytest.raises(dflash_tree.common.PatchError) as err:
+    with pytest.raises(common.PatchError) as err:
         apply(BASE, text, "0007-broken.patch")
     e = err.value
     assert (e.patch, e.file, e.hunk, e.header) == ("0007-broken.patch", "sglang/m.py", 2, "@@ -20,3 +20,3 @@")
@@ -58,7 +56,7 @@ def test_no_fuzz_a_single_changed_context_line_fails_naming_the_hunk():
 
 def test_hunks_never_apply_before_the_previous_hunk():
     text = patch_text("@@ -20,1 +20,1 @@\n-line 20\n+twenty\n@@ -3,1 +3,1 @@\n-line 3\n+three\n")
-    with pytest.raises(dflash_tree.common.PatchError) as err:
+    with pytest.raises(common.PatchError) as err:
         apply(BASE, text)
     assert err.value.hunk == 2
 
@@ -66,23 +64,23 @@ def test_hunks_never_apply_before_the_previous_hunk():
 def test_applying_twice_is_reported_as_such():
     text = patch_text("@@ -4,3 +4,3 @@\n line 4\n-line 5\n+LINE 5\n line 6\n")
     once = apply(BASE, text)
-    with pytest.raises(dflash_tree.common.PatchError, match=r"already in the file \(applied twice\?\)"):
+    with pytest.raises(common.PatchError, match=r"already in the file \(applied twice\?\)"):
         apply(once, text)
 
 
 def test_new_file_and_missing_file_and_existing_file():
     create = b"--- /dev/null\n+++ b/sglang/new.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = 2\n"
     assert apply(None, create) == b"a = 1\nb = 2\n"
-    with pytest.raises(dflash_tree.common.PatchError, match="already exists"):
+    with pytest.raises(common.PatchError, match="already exists"):
         apply(b"x\n", create)
-    with pytest.raises(dflash_tree.common.PatchError, match="does not exist in the tree"):
+    with pytest.raises(common.PatchError, match="does not exist in the tree"):
         apply(None, patch_text("@@ -1,1 +1,1 @@\n-line 1\n+one\n"))
 
 
 def test_delete_file():
     delete = b"--- a/sglang/old.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-a\n-b\n"
     assert apply(b"a\nb\n", delete) is None
-    with pytest.raises(dflash_tree.common.PatchError, match="lines would remain"):
+    with pytest.raises(common.PatchError, match="lines would remain"):
         apply(b"a\nb\nc\n", delete)
 
 
@@ -91,7 +89,7 @@ def test_no_newline_at_end_of_file_markers():
         "@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
     )
     assert apply(b"a\nb", text) == b"a\nc"
-    with pytest.raises(dflash_tree.common.PatchError):
+    with pytest.raises(common.PatchError):
         apply(b"a\nb\n", text)  # the file has a newline the patch says is absent: exact, no fuzz
 
 
@@ -116,7 +114,7 @@ def test_blank_context_line_without_its_space():
     ],
 )
 def test_paths_are_p1_under_sglang(old, new, path):
-    (fp,) = dflash_tree.diff.parse_patch(f"--- {old}\n+++ {new}\n@@ -1 +1 @@\n-a\n+b\n".encode(), "p")
+    (fp,) = diff.parse_patch(f"--- {old}\n+++ {new}\n@@ -1 +1 @@\n-a\n+b\n".encode(), "p")
     assert fp.path == path
 
 
@@ -134,36 +132,36 @@ def test_paths_are_p1_under_sglang(old, new, path):
     ],
 )
 def test_malformed_patches_are_refused_with_the_patch_name(text, match):
-    with pytest.raises(dflash_tree.common.PatchError, match=match) as err:
-        for fp in dflash_tree.diff.parse_patch(text.encode(), "0009-bad.patch"):
-            dflash_tree.diff.apply_file_patch(b"a\nb\n", fp, "0009-bad.patch")
+    with pytest.raises(common.PatchError, match=match) as err:
+        for fp in diff.parse_patch(text.encode(), "0009-bad.patch"):
+            diff.apply_file_patch(b"a\nb\n", fp, "0009-bad.patch")
     assert str(err.value).startswith("patch 0009-bad.patch")
 
 
 def test_series_parsing(tmp_path):
-    assert dflash_tree.series.parse_series("# c\n\n0001-a.patch\n0002-b.patch  # why\n") == ["0001-a.patch", "0002-b.patch"]
+    assert series.parse_series("# c\n\n0001-a.patch\n0002-b.patch  # why\n") == ["0001-a.patch", "0002-b.patch"]
     for bad, match in [
         ("0001-a.patch -p0\n", "no options"),
         ("0001-a.patch\n0001-a.patch\n", "listed twice"),
         ("../x.patch\n", "plain file name"),
     ]:
-        with pytest.raises(dflash_tree.common.TreeError, match=match):
-            dflash_tree.series.parse_series(bad)
+        with pytest.raises(common.TreeError, match=match):
+            series.parse_series(bad)
     (tmp_path / "series").write_text("0001-a.patch\n")
-    with pytest.raises(dflash_tree.common.TreeError, match="0001-a.patch does not exist"):
-        dflash_tree.series.read_series_dir(str(tmp_path))
+    with pytest.raises(common.TreeError, match="0001-a.patch does not exist"):
+        series.read_series_dir(str(tmp_path))
     (tmp_path / "0001-a.patch").write_bytes(b"p")
-    (p,) = dflash_tree.series.read_series_dir(str(tmp_path))
-    assert p["name"] == "0001-a.patch" and p["sha256"] == dflash_tree.common.sha256_bytes(b"p")
+    (p,) = series.read_series_dir(str(tmp_path))
+    assert p["name"] == "0001-a.patch" and p["sha256"] == common.sha256_bytes(b"p")
 
 
 def test_series_applies_in_order_and_tracks_pristine():
     files = {"sglang/m.py": BASE}
     p1 = {"name": "1.patch", "content": patch_text("@@ -1,1 +1,1 @@\n-line 1\n+one\n")}
     p2 = {"name": "2.patch", "content": patch_text("@@ -1,2 +1,2 @@\n one\n-line 2\n+two\n")}
-    contents, pristine, touched = dflash_tree.diff.apply_series(files.get, [p1, p2])
+    contents, pristine, touched = diff.apply_series(files.get, [p1, p2])
     assert contents["sglang/m.py"].startswith(b"one\ntwo\nline 3\n")
-    assert pristine == {"sglang/m.py": dflash_tree.common.sha256_bytes(BASE)}
+    assert pristine == {"sglang/m.py": common.sha256_bytes(BASE)}
     assert touched == {"sglang/m.py": ["1.patch", "2.patch"]}
-    with pytest.raises(dflash_tree.common.PatchError, match="patch 2.patch"):
-        dflash_tree.diff.apply_series(files.get, [p2, p1])  # 2 needs 1's result
+    with pytest.raises(common.PatchError, match="patch 2.patch"):
+        diff.apply_series(files.get, [p2, p1])  # 2 needs 1's result

@@ -45,18 +45,16 @@ def test_flags_cover_0_5_11_and_the_ddtree_flags():
 
 
 def test_a_built_tree_gives_the_same_flags(tmp_path: Path):
-    import dflash_tree.disk
-    import dflash_tree.series
-    import dflash_tree.wheel
+    from ansible.module_utils.dflash_tree import disk, series, wheel
     from sglang_wheel import PATCH_DIR, pinned_sha256
 
-    plan = dflash_tree.wheel.plan_wheel(str(sglang_wheel()), pinned_sha256(), dflash_tree.series.read_series_dir(str(PATCH_DIR)))
+    plan = wheel.plan_wheel(str(sglang_wheel()), pinned_sha256(), series.read_series_dir(str(PATCH_DIR)))
     try:
         target = tmp_path / "sglang" / "srt" / "server_args.py"
         target.parent.mkdir(parents=True)
         target.write_bytes(plan["contents"]["sglang/srt/server_args.py"])
     finally:
-        dflash_tree.disk.close_plan(plan)
+        disk.close_plan(plan)
     res = subprocess.run(
         [sys.executable, str(SCRIPT), "--tree", str(tmp_path), "--out", "-"],
         capture_output=True,

@@ -17,12 +17,11 @@ import sys
 import types
 from pathlib import Path
 
-import dflash_tree.common
-import dflash_tree.disk
-import dflash_tree.series
-import dflash_tree.source
-import dflash_tree.wheel
 import pytest
+from ansible.module_utils.dflash_tree import common, disk
+from ansible.module_utils.dflash_tree import series as tree_series
+from ansible.module_utils.dflash_tree import source as tree_source
+from ansible.module_utils.dflash_tree import wheel as tree_wheel
 from sglang_wheel import PATCH_DIR, pinned_sha256, sglang_wheel
 
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
@@ -40,18 +39,18 @@ def wheel():
 
 @pytest.fixture(scope="session")
 def series():
-    return dflash_tree.series.read_series_dir(str(PATCH_DIR))
+    return tree_series.read_series_dir(str(PATCH_DIR))
 
 
 @pytest.fixture(scope="session")
 def built(wheel, series, tmp_path_factory):
     """One tree built from the real wheel + the committed series, shared by the read-only tests."""
     trees = tmp_path_factory.mktemp("trees")
-    plan = dflash_tree.wheel.plan_wheel(wheel, pinned_sha256(), series)
+    plan = tree_wheel.plan_wheel(wheel, pinned_sha256(), series)
     try:
-        result = dflash_tree.disk.ensure_tree(plan, str(trees))
+        result = disk.ensure_tree(plan, str(trees))
     finally:
-        dflash_tree.disk.close_plan(plan)
+        disk.close_plan(plan)
     assert result["changed"] is True
     return result
 
@@ -64,8 +63,8 @@ def tree_file(built, rel):
 def registration(wheel, series, tmp_path_factory):
     """The files as the registration patches leave them (dry run in memory, written out for import)."""
     assert [p["name"] for p in series[: len(REGISTRATION)]] == REGISTRATION
-    plan = dflash_tree.wheel.plan_wheel(wheel, pinned_sha256(), series[: len(REGISTRATION)])
-    dflash_tree.disk.close_plan(plan)
+    plan = tree_wheel.plan_wheel(wheel, pinned_sha256(), series[: len(REGISTRATION)])
+    disk.close_plan(plan)
     root = tmp_path_factory.mktemp("registration")
     for rel, data in plan["contents"].items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -92,11 +91,11 @@ def snapshot(path):
 
 
 def build(wheel, patches, trees):
-    plan = dflash_tree.wheel.plan_wheel(wheel, pinned_sha256(), patches)
+    plan = tree_wheel.plan_wheel(wheel, pinned_sha256(), patches)
     try:
-        return dflash_tree.disk.ensure_tree(plan, str(trees))
+        return disk.ensure_tree(plan, str(trees))
     finally:
-        dflash_tree.disk.close_plan(plan)
+        disk.close_plan(plan)
 
 
 def test_the_series_applies_cleanly_to_the_pinned_wheel(built, series):
@@ -120,11 +119,11 @@ def test_the_series_applies_cleanly_to_the_pinned_wheel(built, series):
     assert m["sglang_version"] == "0.5.11"
     assert m["wheel"]["sha256"] == pinned_sha256()
     assert {SPEC_INFO, SERVER_ARGS} <= set(m["files"])
-    wheel_record = dflash_tree.wheel.Wheel(sglang_wheel()).record
+    wheel_record = tree_wheel.Wheel(sglang_wheel()).record
     for rel, entry in m["files"].items():
         assert entry["pristine_sha256"] == wheel_record.get(rel)  # None for a file the series adds
         assert entry["sha256"] != entry["pristine_sha256"]
-        assert dflash_tree.common.sha256_file(tree_file(built, rel)) == entry["sha256"]
+        assert common.sha256_file(tree_file(built, rel)) == entry["sha256"]
 
 
 def test_the_manifest_and_files_list_describe_the_tree(built):
@@ -134,7 +133,7 @@ def test_the_manifest_and_files_list_describe_the_tree(built):
     assert os.path.basename(tree) == on_disk["name"] == "sglang-0.5.11-" + on_disk["hash"][:12]
     listing = Path(tree, "FILES.sha256").read_text().splitlines()
     assert len(listing) == on_disk["file_count"] > 1800
-    assert dflash_tree.common.sha256_file(os.path.join(tree, "FILES.sha256")) == on_disk["tree_sha256"]
+    assert common.sha256_file(os.path.join(tree, "FILES.sha256")) == on_disk["tree_sha256"]
     fact = built["tree"]
     assert fact["path"] == tree and fact["source"] == "wheel"
     assert fact["patches"] == [{"name": p["name"], "sha256": p["sha256"]} for p in on_disk["patches"]]
@@ -309,19 +308,19 @@ def test_removing_the_series_gives_back_pristine_files(wheel, series, tmp_path):
     assert patched["changed"]
     pristine = build(wheel, [], tmp_path)
     assert pristine["changed"] and pristine["tree"]["path"] != patched["tree"]["path"]
-    record = dflash_tree.wheel.Wheel(wheel).record
-    found = dflash_tree.disk.scan_tree(pristine["tree"]["path"])
+    record = tree_wheel.Wheel(wheel).record
+    found = disk.scan_tree(pristine["tree"]["path"])
     # every file, the formerly patched ones included, is byte-identical to the wheel's RECORD
     assert found == {p: h for p, h in record.items() if p.startswith("sglang/")}
     assert pristine["manifest"]["patches"] == [] and pristine["manifest"]["files"] == {}
     # keeping only the first patch: the files only later patches touched are pristine again
     partial = build(wheel, series[:1], tmp_path)
-    found = dflash_tree.disk.scan_tree(partial["tree"]["path"])
+    found = disk.scan_tree(partial["tree"]["path"])
     assert found[SERVER_ARGS] == record[SERVER_ARGS]
     assert found[SPEC_INFO] == partial["manifest"]["files"][SPEC_INFO]["sha256"] != record[SPEC_INFO]
     assert set(partial["manifest"]["files"]) == {SPEC_INFO}
     # the patched tree is still there for the releases that use it (pruning is the release role's)
-    assert dflash_tree.disk.verify_tree(patched["tree"]["path"]) == (True, "matches its manifest")
+    assert disk.verify_tree(patched["tree"]["path"]) == (True, "matches its manifest")
 
 
 def _break(series, index, old, new):
@@ -329,7 +328,7 @@ def _break(series, index, old, new):
     content = broken[index]["content"]
     assert content.count(old) == 1
     broken[index]["content"] = content.replace(old, new)
-    broken[index]["sha256"] = dflash_tree.common.sha256_bytes(broken[index]["content"])
+    broken[index]["sha256"] = common.sha256_bytes(broken[index]["content"])
     return broken
 
 
@@ -340,7 +339,7 @@ def test_a_broken_patch_changes_nothing_and_names_patch_file_hunk(built, wheel, 
     broken = _break(
         series, 1, b'\n-            choices=["DFLASH", "EAGLE"', b'\n-            choices=["DFLASH", "EAGLE2"'
     )
-    with pytest.raises(dflash_tree.common.PatchError) as err:
+    with pytest.raises(common.PatchError) as err:
         build(wheel, broken, parent)
     e = err.value
     assert e.patch == "0002-ddtree-server-args.patch"
@@ -358,17 +357,17 @@ def test_a_patch_for_a_missing_file_changes_nothing(built, wheel, series):
         "name": "0099-ghost.patch",
         "content": b"--- a/sglang/ghost.py\n+++ b/sglang/ghost.py\n@@ -1 +1 @@\n-a\n+b\n",
     }
-    bad["sha256"] = dflash_tree.common.sha256_bytes(bad["content"])
+    bad["sha256"] = common.sha256_bytes(bad["content"])
     with pytest.raises(
-        dflash_tree.common.PatchError, match="patch 0099-ghost.patch, file sglang/ghost.py: file does not exist"
+        common.PatchError, match="patch 0099-ghost.patch, file sglang/ghost.py: file does not exist"
     ):
         build(wheel, [*series, bad], parent)
     assert snapshot(parent) == before
 
 
 def test_a_wheel_that_is_not_the_pinned_one_is_refused(wheel, series, tmp_path):
-    with pytest.raises(dflash_tree.common.TreeError, match="refusing to use it"):
-        dflash_tree.wheel.plan_wheel(wheel, "0" * 64, series)
+    with pytest.raises(common.TreeError, match="refusing to use it"):
+        tree_wheel.plan_wheel(wheel, "0" * 64, series)
 
 
 def test_a_tampered_tree_is_rebuilt_and_leftovers_are_cleaned(wheel, series, tmp_path):
@@ -378,11 +377,11 @@ def test_a_tampered_tree_is_rebuilt_and_leftovers_are_cleaned(wheel, series, tmp
     with open(target, "ab") as f:
         f.write(b"# hand edit\n")
     os.makedirs(os.path.join(tmp_path, ".tmp-sglang-0.5.11-interrupted"))
-    ok, reason = dflash_tree.disk.verify_tree(tree)
+    ok, reason = disk.verify_tree(tree)
     assert not ok and SPEC_INFO in reason
     again = build(wheel, series, tmp_path)
     assert again["changed"] and again["reason"].startswith("rebuild: files differ")
-    assert dflash_tree.common.sha256_file(target) == first["manifest"]["files"][SPEC_INFO]["sha256"]
+    assert common.sha256_file(target) == first["manifest"]["files"][SPEC_INFO]["sha256"]
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(tree)]
     # bytecode written next to the sources by Python at run time is not a difference
     os.makedirs(os.path.join(tree, "sglang", "__pycache__"))
@@ -391,11 +390,11 @@ def test_a_tampered_tree_is_rebuilt_and_leftovers_are_cleaned(wheel, series, tmp
 
 
 def test_check_mode_reports_without_writing(wheel, series, tmp_path):
-    plan = dflash_tree.wheel.plan_wheel(wheel, pinned_sha256(), series)
+    plan = tree_wheel.plan_wheel(wheel, pinned_sha256(), series)
     try:
-        result = dflash_tree.disk.ensure_tree(plan, str(tmp_path), check_mode=True)
+        result = disk.ensure_tree(plan, str(tmp_path), check_mode=True)
     finally:
-        dflash_tree.disk.close_plan(plan)
+        disk.close_plan(plan)
     assert result["changed"] and result["reason"] == "build: absent"
     assert os.listdir(tmp_path) == []
 
@@ -408,19 +407,19 @@ def test_a_user_source_tree_is_shipped_as_is_without_bytecode(built, tmp_path):
     edited.write_bytes(edited.read_bytes() + b"# user change\n")
     (src / "python" / "sglang" / "srt" / "__pycache__").mkdir()
     (src / "python" / "sglang" / "srt" / "__pycache__" / "server_args.cpython-312.pyc").write_bytes(b"stale")
-    packed = dflash_tree.source.pack_src(str(src), str(tmp_path / "out"))
+    packed = tree_source.pack_src(str(src), str(tmp_path / "out"))
     assert packed["changed"] and packed["sglang_version"] == "0.5.11"
-    assert dflash_tree.source.pack_src(str(src), str(tmp_path / "out"))["changed"] is False
-    plan = dflash_tree.source.plan_src_archive(packed["archive"], packed["content_sha256"], str(src))
-    result = dflash_tree.disk.ensure_tree(plan, str(tmp_path / "trees"))
+    assert tree_source.pack_src(str(src), str(tmp_path / "out"))["changed"] is False
+    plan = tree_source.plan_src_archive(packed["archive"], packed["content_sha256"], str(src))
+    result = disk.ensure_tree(plan, str(tmp_path / "trees"))
     tree = result["tree"]["path"]
     assert result["changed"] and result["tree"]["source"] == "src"
-    assert result["tree"]["files"][SPEC_INFO] == dflash_tree.common.sha256_file(os.path.join(tree, SPEC_INFO))
-    assert not any("__pycache__" in p for p in dflash_tree.disk.scan_tree(tree))
+    assert result["tree"]["files"][SPEC_INFO] == common.sha256_file(os.path.join(tree, SPEC_INFO))
+    assert not any("__pycache__" in p for p in disk.scan_tree(tree))
     assert not os.path.exists(os.path.join(tree, "sglang", "srt", "__pycache__"))
-    assert dflash_tree.disk.ensure_tree(plan, str(tmp_path / "trees"))["changed"] is False
-    with pytest.raises(dflash_tree.common.TreeError, match="content sha256"):
-        dflash_tree.source.plan_src_archive(packed["archive"], "0" * 64)
+    assert disk.ensure_tree(plan, str(tmp_path / "trees"))["changed"] is False
+    with pytest.raises(common.TreeError, match="content sha256"):
+        tree_source.plan_src_archive(packed["archive"], "0" * 64)
 
 
 def test_the_tree_is_readable_by_the_service_user_whatever_the_umask(wheel, series, tmp_path):

@@ -4,8 +4,8 @@ kept release uses go, the rest stays; called with the kept manifests that the re
 import json
 import os
 
+from ansible.module_utils.dflash_tree.prune import prune_candidates, prune_trees, tree_tops
 from ansible_play import run_play
-from dflash_tree.prune import prune_candidates, prune_trees, tree_tops
 
 
 def _trees(root, *names):

@@ -1,12 +1,12 @@
-"""CLI: ``PYTHONPATH=module_utils python3 -m dflash_fingerprint --capture-dir DIR [--venv-python PY] | --replay-dir DIR``."""
+"""CLI of scripts/fingerprint.py: ``--capture-dir DIR [--venv-python PY] | --replay-dir DIR``; prints the fact."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from .collect import collect_raw, read_capture, write_capture
-from .merge import fingerprint_from_raw
+from ansible.module_utils.dflash_fingerprint.collect import collect_raw, read_capture, write_capture
+from ansible.module_utils.dflash_fingerprint.merge import fingerprint_from_raw
 
 
 def main(argv=None) -> int:
