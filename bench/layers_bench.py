@@ -44,9 +44,9 @@ import ansible.module_utils  # the toolkit's code by its one name (docs/design.m
 
 ansible.module_utils.__path__.append(os.path.join(ROOT, "module_utils"))
 
-from ansible.module_utils import dflash_layers as L
-from ansible.module_utils import dflash_wheelhouse as WH
-from ansible.module_utils.dflash_wheels import target_from_interpreter
+from ansible.module_utils.dflash_layers import build as L
+from ansible.module_utils.dflash_layers import wheelhouse as WH
+from ansible.module_utils.dflash_layers.wheels import target_from_interpreter
 
 BASE = {"name": "base", "find_links": ["/opt/wheels"],
         "requirements": ["torch==2.13.0+cpu", "transformers==5.6.0", "xgrammar==0.1.10", "six==1.16.0", "idna==3.10"]}

@@ -3,7 +3,7 @@
 A callback, because a rollout that stops (a failed canary, a batch past max_fail_percentage) ends
 the playbook: no later play would run to print it. It listens for what deploy.yml records
 (`dflash_rollout_plan`, `dflash_rollout_before`, `dflash_rollout_result` facts) and for failed tasks,
-and prints the table of module_utils/dflash_rollout.py once the run is over. With
+and prints the table of module_utils/dflash_rollout/batches.py once the run is over. With
 DFLASH_ROLLOUT_SUMMARY=<file> it also writes the rows there as JSON. Runs that are not a rollout
 (no plan recorded) print nothing.
 """
@@ -22,7 +22,7 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
-from ansible.module_utils import dflash_rollout as _rollout
+from ansible.module_utils.dflash_rollout import batches as _rollout
 
 DOCUMENTATION = r"""
 name: dflash_rollout

@@ -14,7 +14,7 @@ if _MU not in ansible.module_utils.__path__:
 
 from ansible.module_utils.dflash_bench import matrix as _mx
 from ansible.module_utils.dflash_bench import results as _res
-from ansible.module_utils.dflash_jinja import plain as _plain
+from ansible.module_utils.dflash_common.jinja import plain as _plain
 
 
 def dflash_bench_progress(n, total, elapsed):

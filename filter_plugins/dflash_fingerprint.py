@@ -12,8 +12,8 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
+from ansible.module_utils.dflash_common.jinja import plain as _plain
 from ansible.module_utils.dflash_fingerprint import report
-from ansible.module_utils.dflash_jinja import plain as _plain
 
 
 def dflash_fleet_rows(fleet, refusals=None):

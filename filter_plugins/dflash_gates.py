@@ -1,4 +1,4 @@
-"""Jinja filters of the smoke gates: thin wrappers over module_utils/dflash_gates_config.py."""
+"""Jinja filters of the smoke gates: thin wrappers over module_utils/dflash_release/gates_config.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
-from ansible.module_utils.dflash_gates_config import host_gate_errors
-from ansible.module_utils.dflash_jinja import plain as _plain
+from ansible.module_utils.dflash_common.jinja import plain as _plain
+from ansible.module_utils.dflash_release.gates_config import host_gate_errors
 
 
 def dflash_smoke_gates_errors(gates, host):

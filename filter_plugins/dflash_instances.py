@@ -12,17 +12,17 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
-from ansible.module_utils import dflash_checks as _ck
-from ansible.module_utils import dflash_diskspace as _dsk
-from ansible.module_utils import dflash_inventory as _inv
-from ansible.module_utils import dflash_secrets as _ds
-from ansible.module_utils import dflash_server_flags as _sf
+from ansible.module_utils.dflash_common import disk as _dsk
+from ansible.module_utils.dflash_common import secrets as _ds
+from ansible.module_utils.dflash_common.jinja import plain as _plain
+from ansible.module_utils.dflash_instances import checks as _ck
 from ansible.module_utils.dflash_instances import flags as _di_flags
 from ansible.module_utils.dflash_instances import host as _di_host
+from ansible.module_utils.dflash_instances import inventory as _inv
 from ansible.module_utils.dflash_instances import rules as _di_rules
+from ansible.module_utils.dflash_instances import server_flags as _sf
 from ansible.module_utils.dflash_instances import validate as _di_validate
-from ansible.module_utils.dflash_jinja import plain as _plain
-from ansible.module_utils.dflash_runner import default_service_manager
+from ansible.module_utils.dflash_service.runner import default_service_manager
 
 
 def _removed(instances, host_facts, remove_absent, remove):

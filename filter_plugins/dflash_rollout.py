@@ -15,10 +15,10 @@ if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
 from ansible.module_utils import dflash_metrics as _metrics
-from ansible.module_utils import dflash_multinode as _mn
-from ansible.module_utils import dflash_rollout as _rollout
 from ansible.module_utils import dflash_router as _router
-from ansible.module_utils.dflash_jinja import plain as _plain
+from ansible.module_utils.dflash_common.jinja import plain as _plain
+from ansible.module_utils.dflash_rollout import batches as _rollout
+from ansible.module_utils.dflash_rollout import multinode as _mn
 
 
 def dflash_rollout_fleet(hostvars, hosts):

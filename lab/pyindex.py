@@ -41,8 +41,8 @@ import ansible.module_utils  # the toolkit's code by its one name (docs/design.m
 
 ansible.module_utils.__path__.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
 
-from ansible.module_utils.dflash_pep508 import canonical_name
-from ansible.module_utils.dflash_wheels import write_wheel
+from ansible.module_utils.dflash_layers.pep508 import canonical_name
+from ansible.module_utils.dflash_layers.wheels import write_wheel
 
 TORCH_PAYLOAD = 2 * 1024 * 1024
 BANNER = "dflash-deploy lab index: a STAND-IN wheel, not the real {name} (lab/pyindex.py)"

@@ -64,7 +64,7 @@ lines: {description: What serves, one line per instance, checked (serving)., typ
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_diskspace import os_error_message
+from ansible.module_utils.dflash_common.disk import os_error_message
 from ansible.module_utils.dflash_release.activation import (
     ActivationError,
     Runner,

@@ -50,7 +50,7 @@ removed_tmp: {description: Leftover .tmp build directories removed., returned: e
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_layers import (
+from ansible.module_utils.dflash_layers.build import (
     LayerBuilder,
     LayerError,
     default_runner,
@@ -60,8 +60,8 @@ from ansible.module_utils.dflash_layers import (
     prune_layers,
     validate_layers,
 )
-from ansible.module_utils.dflash_overlay import describe, view_paths
-from ansible.module_utils.dflash_wheelhouse import missing_wheels
+from ansible.module_utils.dflash_layers.overlay import describe, view_paths
+from ansible.module_utils.dflash_layers.wheelhouse import missing_wheels
 
 
 def main():

@@ -54,7 +54,7 @@ summary: {description: One line per component., returned: always, type: list}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_probe import (
+from ansible.module_utils.dflash_layers.probe import (
     COMPONENTS,
     gate,
     gpu_gate,

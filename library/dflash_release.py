@@ -64,7 +64,7 @@ releases: {description: Releases oldest first., type: list, returned: list}
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_diskspace import os_error_message
+from ansible.module_utils.dflash_common.disk import os_error_message
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import (
     activate,

@@ -61,6 +61,7 @@ version: {description: sglang-router's version in the layer (probe)., type: str,
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_release.smoke import SHOW_PROPERTIES, journal_tail, parse_show
 from ansible.module_utils.dflash_router import (
     RouterError,
     http,
@@ -69,8 +70,7 @@ from ansible.module_utils.dflash_router import (
     smoke_router,
     wait_router,
 )
-from ansible.module_utils.dflash_runner import RunnerUnits
-from ansible.module_utils.dflash_smoke import SHOW_PROPERTIES, journal_tail, parse_show
+from ansible.module_utils.dflash_service.runner import RunnerUnits
 
 
 def unit_watch(module, p):

@@ -12,7 +12,7 @@ description:
     WorkingDirectory=, ExecStart= with systemd's C($VAR)/C(${VAR}) expansion) and runs its command in a
     new session, output appended to C(<log_dir>/<unit>.log), pid in C(<run_dir>/<unit>.pid).
   - NOT emulated, said loudly in the result: User= (the command runs as the connecting user), the
-    sandboxing directives, Restart=. Logic in C(module_utils/dflash_runner.py).
+    sandboxing directives, Restart=. Logic in C(module_utils/dflash_service/runner.py).
 options:
   name: {description: Unit file name (e.g. C(dflash-main.service))., type: str, required: true}
   state:
@@ -29,7 +29,7 @@ author: dflash-deploy
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_runner import show, start, stop
+from ansible.module_utils.dflash_service.runner import show, start, stop
 
 NOT_EMULATED = "dflash runner: User=, sandboxing and Restart= of the unit are not applied (no systemd on this host)"
 

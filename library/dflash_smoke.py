@@ -13,7 +13,7 @@ description:
   - For DFLASH/DDTREE instances, C(/get_server_info) must name the algorithm and a C(/generate)
     must show verify steps (C(spec_verify_ct) > 0) and an accept length in C(meta_info).
   - Every instance is tried; the module fails naming each instance that did not pass.
-  - Logic lives in C(module_utils/dflash_smoke.py).
+  - Logic lives in C(module_utils/dflash_release/smoke.py).
 options:
   instances:
     description: Instances to test (or O(release_dir)).
@@ -35,7 +35,7 @@ options:
   gates:
     description:
       - Per instance name, its C(smoke_gates) settings (output, speculative and performance gates;
-        C(module_utils/dflash_gates_config.py) lists them). Missing settings take O(gate_defaults), then
+        C(module_utils/dflash_release/gates_config.py) lists them). Missing settings take O(gate_defaults), then
         the built-in defaults.
     type: dict
     default: {}
@@ -66,7 +66,7 @@ failed_instances: {description: Names that failed., type: list, returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_smoke import (
+from ansible.module_utils.dflash_release.smoke import (
     SmokeError,
     check_named,
     gate_argument_spec,

@@ -13,7 +13,7 @@ description:
   - The first unit that failed, exited or was restarted by systemd ends the wait at once; its
     journal since the restart is diagnosed (C(dflash_diagnose) logic) and the module fails with
     the cause and remedy. A hang past O(timeout) fails the same way.
-  - Logic lives in C(module_utils/dflash_smoke.py).
+  - Logic lives in C(module_utils/dflash_release/smoke.py).
 options:
   instances:
     description: Instances to wait for (or O(release_dir)).
@@ -58,7 +58,7 @@ options:
   smoke_timeout: {description: Seconds per smoke HTTP request., type: float, default: 120}
   spec_max_new_tokens: {description: max_new_tokens of the /generate proof., type: int, default: 64}
   service_manager:
-    description: systemd, or C(runner) for hosts without systemd (C(module_utils/dflash_runner.py)).
+    description: systemd, or C(runner) for hosts without systemd (C(module_utils/dflash_service/runner.py)).
     type: str
     choices: [systemd, runner]
     default: systemd
@@ -132,12 +132,11 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_common.secrets import redact
 from ansible.module_utils.dflash_diagnose.engine import diagnose_text
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import mark
-from ansible.module_utils.dflash_runner import RunnerUnits, log_since_last_start
-from ansible.module_utils.dflash_secrets import redact
-from ansible.module_utils.dflash_smoke import (
+from ansible.module_utils.dflash_release.smoke import (
     SHOW_PROPERTIES,
     SmokeError,
     check_named,
@@ -160,7 +159,8 @@ from ansible.module_utils.dflash_smoke import (
     unit_name,
     wait_units,
 )
-from ansible.module_utils.dflash_startup import latest_stage, progress_line, says_ready
+from ansible.module_utils.dflash_release.startup import latest_stage, progress_line, says_ready
+from ansible.module_utils.dflash_service.runner import RunnerUnits, log_since_last_start
 
 
 def main():
@@ -334,7 +334,7 @@ def _shift(res, offset):
 
 class RunnerBackend(RunnerUnits):
     """Hosts without systemd (dflash_service_manager=runner): the rendered unit's command runs in its
-    own session (module_utils/dflash_runner.py); the log file since the last start stands in for the
+    own session (module_utils/dflash_service/runner.py); the log file since the last start stands in for the
     journal. User=, sandboxing and Restart= are not applied there."""
 
     def diagnose(self, unit):

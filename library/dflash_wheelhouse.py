@@ -45,9 +45,13 @@ uv_binary: {description: Controller path of the extracted uv binary., returned: 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_layers import normalise_layer, normalise_layers, validate_layers
-from ansible.module_utils.dflash_wheelhouse import bundle_wheels, ensure_wheelhouse, extract_uv_binary
-from ansible.module_utils.dflash_wheels import LayerError, target_from_interpreter
+from ansible.module_utils.dflash_layers.build import normalise_layer, normalise_layers, validate_layers
+from ansible.module_utils.dflash_layers.wheelhouse import (
+    bundle_wheels,
+    ensure_wheelhouse,
+    extract_uv_binary,
+)
+from ansible.module_utils.dflash_layers.wheels import LayerError, target_from_interpreter
 
 
 def main():

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
+from ansible.module_utils.dflash_instances.tp import nnodes_of
 from ansible.module_utils.dflash_router import listen_address, url_host
-from ansible.module_utils.dflash_tp import nnodes_of
 
 
 def targets(fleet, routers=None) -> list:

@@ -27,8 +27,8 @@ import time
 import urllib.error
 import urllib.request
 
-from ansible.module_utils.dflash_smoke import SmokeError, check_chat, judge
-from ansible.module_utils.dflash_tp import nnodes_of
+from ansible.module_utils.dflash_instances.tp import nnodes_of
+from ansible.module_utils.dflash_release.smoke import SmokeError, check_chat, judge
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
 INFLIGHT_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")

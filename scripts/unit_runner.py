@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run a rendered systemd unit on a host without systemd: CLI over module_utils/dflash_runner.py.
+"""Run a rendered systemd unit on a host without systemd: CLI over module_utils/dflash_service/runner.py.
 
   unit_runner.py start  UNIT_FILE --log FILE --pidfile FILE
   unit_runner.py stop   --pidfile FILE [--timeout S]
@@ -14,7 +14,7 @@ import sys
 import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
 ansible.module_utils.__path__.append(str(pathlib.Path(__file__).resolve().parents[1] / "module_utils"))
-from ansible.module_utils import dflash_runner as R
+from ansible.module_utils.dflash_service import runner as R
 
 
 def main():

@@ -95,7 +95,7 @@ def make_cases(python, pythonpath):
         live_fp, notes["live_fingerprint_error"] = None, f"{type(exc).__name__}: {exc}"
     live_probe = None
     try:
-        from ansible.module_utils.dflash_probe import run_probe
+        from ansible.module_utils.dflash_layers.probe import run_probe
         live_probe = run_probe(python, pythonpath or None, timeout=240)
     except Exception as exc:  # noqa: BLE001 - recorded
         notes["live_probe_error"] = f"{type(exc).__name__}: {exc}"

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 import ansible.module_utils  # the toolkit's code by its one name (docs/design.md, "Import path")
 
 ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-from ansible.module_utils import dflash_runner
+from ansible.module_utils.dflash_service import runner as dflash_runner
 
 CURRENT = pathlib.Path(os.environ.get("DFLASH_CURRENT", "/opt/dflash/current"))  # overridable for a CPU dry run
 

@@ -27,7 +27,7 @@ import ansible.module_utils  # the toolkit's code by its one name (docs/design.m
 
 ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 
-from ansible.module_utils import dflash_server_flags as sf
+from ansible.module_utils.dflash_instances import server_flags as sf
 
 BASE = ["--model-path", "/dev/shm/Qwen3.6-27B", "--host", "127.0.0.1", "--port", "30001", "--tp-size", "1"]
 CASES = [

@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import smoke_real
-from ansible.module_utils import dflash_smoke
+from ansible.module_utils.dflash_release import smoke as dflash_smoke
 
 LAUNCH = os.path.join(REPO, "roles", "dflash_instances", "files", "dflash-launch.py")
 KEY = "sk-gpu-check-" + os.urandom(8).hex()

@@ -23,8 +23,8 @@ import ansible.module_utils  # the toolkit's code by its one name (docs/design.m
 
 ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
 
-from ansible.module_utils import dflash_smoke
 from ansible.module_utils.dflash_diagnose import engine
+from ansible.module_utils.dflash_release import smoke as dflash_smoke
 
 OUT = sys.argv[1]
 MODELS = os.path.join(OUT, "models")

@@ -18,7 +18,7 @@ import urllib.parse
 
 from ansible.module_utils.dflash_bench import workloads as wl
 from ansible.module_utils.dflash_bench.stats import parse_prometheus, summarize
-from ansible.module_utils.dflash_smoke import SmokeError, http_json
+from ansible.module_utils.dflash_release.smoke import SmokeError, http_json
 
 SPEC_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_accepted_drafts", "spec_proposed_drafts")
 

@@ -15,7 +15,7 @@ from ansible.module_utils.dflash_bench.flags import FlagsError, config_command, 
 from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
 from ansible.module_utils.dflash_release.envfile import render_env_file
 from ansible.module_utils.dflash_release.manifest import ReleaseError, fingerprint_digest
-from ansible.module_utils.dflash_smoke import endpoint, expected_algorithm
+from ansible.module_utils.dflash_release.smoke import endpoint, expected_algorithm
 
 BLOCK_FLAGS = ("--speculative-dflash-block-size", "--speculative-num-draft-tokens")
 DEFAULT_BLOCK = 16  # sglang's DFlash block when neither the flags nor the draft's config.json say

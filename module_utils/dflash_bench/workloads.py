@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 
-from ansible.module_utils.dflash_smoke import FIBONACCI_PROMPT
+from ansible.module_utils.dflash_release.smoke import FIBONACCI_PROMPT
 
 SEED_PROMPTS = (
     ("fibonacci", FIBONACCI_PROMPT),

@@ -19,9 +19,9 @@ from ansible.module_utils.dflash_fingerprint.tables import (
     QUERY_FIELDS_OLD,
     SMI_FALLBACKS,
 )
+from ansible.module_utils.dflash_fingerprint.topo import collect_topology
 from ansible.module_utils.dflash_fingerprint.values import vtuple
-from ansible.module_utils.dflash_runner import process_unit
-from ansible.module_utils.dflash_topo import collect_topology
+from ansible.module_utils.dflash_service.runner import process_unit
 
 TORCH_PROBE = (
     "import json\n"

@@ -18,6 +18,7 @@ from ansible.module_utils.dflash_fingerprint.parse import (
     torch_problems,
 )
 from ansible.module_utils.dflash_fingerprint.smi_errors import smi_error, unreachable_gpus
+from ansible.module_utils.dflash_fingerprint.topo import parse_topology
 from ansible.module_utils.dflash_fingerprint.values import (
     _is_l4t,
     _memory_slice_note,
@@ -26,7 +27,6 @@ from ansible.module_utils.dflash_fingerprint.values import (
     sm_from_name,
     vtuple,
 )
-from ansible.module_utils.dflash_topo import parse_topology
 
 
 def fingerprint_from_raw(raw: dict) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.dflash_topo import TOPO_FILES
+from ansible.module_utils.dflash_fingerprint.topo import TOPO_FILES
 
 QUERY_FIELDS = "index,name,uuid,pci.bus_id,compute_cap,driver_version,memory.total,memory.used"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils import dflash_tp as _tp
+from ansible.module_utils.dflash_instances import tp as _tp
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
 DDTREE_MODES = ("tree", "shadow-linear")

@@ -4,10 +4,10 @@ Pure functions, no Ansible import."""
 
 from __future__ import annotations
 
-from ansible.module_utils import dflash_secrets
-from ansible.module_utils import dflash_tp as _tp
+from ansible.module_utils.dflash_common import secrets as dflash_secrets
 from ansible.module_utils.dflash_instances import fields as _fields
 from ansible.module_utils.dflash_instances import rules as _rules
+from ansible.module_utils.dflash_instances import tp as _tp
 
 # --------------------------------------------------------------------------- flags fact
 
@@ -28,7 +28,7 @@ def build_args(inst, fallback_args, bind_host="127.0.0.1"):
         dd = inst["ddtree"]
         args += ["--speculative-ddtree-budget", str(dd["budget"]), "--speculative-ddtree-topk", str(dd["topk"]),
                  "--speculative-ddtree-mode", str(dd["mode"])]
-    args += _tp.launch_args(inst)  # --enable-metrics, multi-node flags (dflash_tp.py)
+    args += _tp.launch_args(inst)  # --enable-metrics, multi-node flags (dflash_instances/tp.py)
     if inst.get("reasoning_parser"):
         # reasoning models (Qwen3.6 thinks first): the reply's thinking goes to reasoning_content
         args += ["--reasoning-parser", str(inst["reasoning_parser"])]

@@ -11,11 +11,11 @@ import os
 import re
 import subprocess
 
-from ansible.module_utils import dflash_diskspace
-from ansible.module_utils import dflash_tp as _tp
+from ansible.module_utils.dflash_common import disk as dflash_diskspace
 from ansible.module_utils.dflash_instances import fields as _fields
-from ansible.module_utils.dflash_model import target_facts
-from ansible.module_utils.dflash_runner import process_unit
+from ansible.module_utils.dflash_instances import tp as _tp
+from ansible.module_utils.dflash_instances.model import target_facts
+from ansible.module_utils.dflash_service.runner import process_unit
 
 # --------------------------------------------------------------------------- host facts (read-only)
 
@@ -226,7 +226,7 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "units": units,
         "overlay": overlay_cuda(layer_path, runner) if layer_path else {},
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
-        "models": _tp.model_facts(instances),  # attention heads for the tp checks (dflash_tp.py)
+        "models": _tp.model_facts(instances),  # attention heads for the tp checks (dflash_instances/tp.py)
         "current": current_instances(prefix),
         "disk": [dflash_diskspace.free_space(p) for p in space_paths or ()],
     }

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils import dflash_tp as _tp
 from ansible.module_utils.dflash_instances import fields as _fields
-from ansible.module_utils.dflash_model import radix_cache_disabled
+from ansible.module_utils.dflash_instances import tp as _tp
+from ansible.module_utils.dflash_instances.model import radix_cache_disabled
 
 # --------------------------------------------------------------------------- rules
 
@@ -139,7 +139,7 @@ def rule_context(instance, fingerprint, probe, host_facts):
         "target.linear_attention": _fields._target_facts_of(inst, hf).get("linear_attention"),
         "target.radix_with_spec": _fields._target_facts_of(inst, hf).get("radix_with_spec"),
     }
-    ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_tp.py)
+    ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_instances/tp.py)
     return ctx
 
 

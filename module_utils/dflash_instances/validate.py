@@ -4,11 +4,11 @@ Pure functions, no Ansible import."""
 
 from __future__ import annotations
 
-from ansible.module_utils import dflash_checks
-from ansible.module_utils import dflash_tp as _tp
-from ansible.module_utils.dflash_gates_config import gate_errors
+from ansible.module_utils.dflash_instances import checks as dflash_checks
 from ansible.module_utils.dflash_instances import fields as _fields
-from ansible.module_utils.dflash_model import attention_backend_errors, hybrid_instance_errors
+from ansible.module_utils.dflash_instances import tp as _tp
+from ansible.module_utils.dflash_instances.model import attention_backend_errors, hybrid_instance_errors
+from ansible.module_utils.dflash_release.gates_config import gate_errors
 
 # --------------------------------------------------------------------------- validation
 
@@ -194,7 +194,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             derr = (drafts.get(draft) or {}).get("error")
             if derr:
                 add("draft_model_path", f"cannot read the draft's config.json: {derr}")
-        # hybrid targets (the target's config.json, dflash_model.py): refuse only what cannot work
+        # hybrid targets (the target's config.json, dflash_instances/model.py): refuse only what cannot work
         tfacts = _fields._target_facts_of(inst, host_facts)
         if tfacts.get("error"):
             add("model_path", f"cannot read the target's config.json: {tfacts['error']}")
@@ -274,7 +274,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                                                       "unit": f"dflash-{label}.service"}]):
                     # the inventory field is allow_busy_gpus
                     add("gpus", msg.replace("allow_busy: true", "allow_busy_gpus: true"))
-        for field, msg in _tp.validate_instance(raw, inst, fingerprint, host_facts, instances):  # dflash_tp.py
+        for field, msg in _tp.validate_instance(raw, inst, fingerprint, host_facts, instances):  # dflash_instances/tp.py
             add(field, msg)
         errors.extend(e)
     return errors

@@ -200,9 +200,9 @@ def read_manifest(prefix: str, release_id: str | None) -> dict:
 
 
 def _smoke():
-    """module_utils/dflash_smoke.py (arguments, endpoints), imported when needed: the boot guard runs this
+    """module_utils/dflash_release/smoke.py (arguments, endpoints), imported when needed: the boot guard runs this
     file on its own and never needs it."""
-    from ansible.module_utils import dflash_smoke
+    from ansible.module_utils.dflash_release import smoke as dflash_smoke
     return dflash_smoke
 
 
@@ -257,14 +257,14 @@ class Systemd:
 
 
 class Runner:
-    """Hosts without systemd (module_utils/dflash_runner.py): nothing to reload or enable."""
+    """Hosts without systemd (module_utils/dflash_service/runner.py): nothing to reload or enable."""
 
     name = "runner"
 
     def __init__(self, run_dir="/run/dflash", stop=None, show=None):
         if stop is None or show is None:
-            from ansible.module_utils.dflash_runner import show as _show
-            from ansible.module_utils.dflash_runner import stop as _stop
+            from ansible.module_utils.dflash_service.runner import show as _show
+            from ansible.module_utils.dflash_service.runner import stop as _stop
             stop, show = stop or _stop, show or _show
         self.run_dir, self._stop, self._show = run_dir, stop, show
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 
-from ansible.module_utils.dflash_secrets import MASK, is_secret_env
+from ansible.module_utils.dflash_common.secrets import MASK, is_secret_env
 
 SCHEMA = 1
 

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 
+from ansible.module_utils.dflash_common.secrets import load_salt, salted
 from ansible.module_utils.dflash_release.activation import current_target as current_id
 from ansible.module_utils.dflash_release.envfile import render_env_file
 from ansible.module_utils.dflash_release.manifest import (
@@ -44,7 +45,6 @@ from ansible.module_utils.dflash_release.store import (
     write_file_atomic,
     write_release,
 )
-from ansible.module_utils.dflash_secrets import load_salt, salted
 
 
 def sweep_staging(prefix: str) -> list:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.dflash_trash import remove_dirs
+from ansible.module_utils.dflash_common.trash import remove_dirs
 from ansible.module_utils.dflash_tree.common import TMP_PREFIX
 from ansible.module_utils.dflash_tree.disk import is_tree_name
 

@@ -17,8 +17,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "module_utils"))
 
-from ansible.module_utils import dflash_layers as L
-from ansible.module_utils import dflash_overlay as O
+from ansible.module_utils.dflash_layers import build as L
+from ansible.module_utils.dflash_layers import overlay as O
 
 
 def describe_venv(venv):

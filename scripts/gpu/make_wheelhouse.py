@@ -55,10 +55,10 @@ import ansible.module_utils  # the toolkit's code by its one name (docs/design.m
 
 ansible.module_utils.__path__.append(os.path.join(ROOT, "module_utils"))
 
-from ansible.module_utils import dflash_layers as L
-from ansible.module_utils import dflash_overlay as O
-from ansible.module_utils import dflash_wheelhouse as WH
-from ansible.module_utils.dflash_wheels import sha256_file, target_from_interpreter
+from ansible.module_utils.dflash_layers import build as L
+from ansible.module_utils.dflash_layers import overlay as O
+from ansible.module_utils.dflash_layers import wheelhouse as WH
+from ansible.module_utils.dflash_layers.wheels import sha256_file, target_from_interpreter
 
 DROP = {
     "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*"],

@@ -10,10 +10,10 @@ import errno
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_checks as ck
-from ansible.module_utils import dflash_diskspace as dsk
-from ansible.module_utils import dflash_inventory as inv
-from ansible.module_utils import dflash_server_flags as sf
+from ansible.module_utils.dflash_common import disk as dsk
+from ansible.module_utils.dflash_instances import checks as ck
+from ansible.module_utils.dflash_instances import inventory as inv
+from ansible.module_utils.dflash_instances import server_flags as sf
 from test_instances import CT200_FACTS, good, validate
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""Hybrid targets in the toolkit: config.json facts (module_utils/dflash_model.py), what validation refuses
+"""Hybrid targets in the toolkit: config.json facts (module_utils/dflash_instances/model.py), what validation refuses
 and the radix-cache rule (roles/dflash_instances/vars/main.yml: hybrid-spec-radix-extra-buffer)."""
 
 import copy
@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_model as dm
 from ansible.module_utils.dflash_instances import host as di_host
+from ansible.module_utils.dflash_instances import model as dm
 from ansible.module_utils.dflash_instances import rules as di_rules
 from ansible.module_utils.dflash_instances import validate as di_validate
 from test_instances import CT200_FACTS, DRAFT, MODEL, good, validate

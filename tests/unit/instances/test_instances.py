@@ -11,7 +11,7 @@ from ansible.module_utils.dflash_instances import fields as di_fields
 from ansible.module_utils.dflash_instances import flags as di_flags
 from ansible.module_utils.dflash_instances import host as di_host
 from ansible.module_utils.dflash_instances import validate as di_validate
-from ansible.module_utils.dflash_runner import unit_from_cgroup
+from ansible.module_utils.dflash_service.runner import unit_from_cgroup
 from test_rules import CT129, CT200, PROBE_SEED_CT200, RULES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -419,7 +419,7 @@ def test_reasoning_parser_and_smoke_gates_fields():
 
 
 def test_smoke_gates_argument_spec_mirrors_the_gate_settings():
-    from ansible.module_utils.dflash_gates_config import DEFAULTS
+    from ansible.module_utils.dflash_release.gates_config import DEFAULTS
     specs = yaml.safe_load((ROOT / "roles/dflash_instances/meta/argument_specs.yml").read_text())
     gates = specs["argument_specs"]["main"]["options"]["dflash_instances"]["options"]["smoke_gates"]["options"]
     assert set(gates) == set(DEFAULTS)

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_layers as L
-from ansible.module_utils import dflash_overlay as O
-from ansible.module_utils import dflash_probe as P
-from ansible.module_utils import dflash_wheelhouse as WH
+from ansible.module_utils.dflash_layers import build as L
+from ansible.module_utils.dflash_layers import overlay as O
+from ansible.module_utils.dflash_layers import probe as P
+from ansible.module_utils.dflash_layers import wheelhouse as WH
 from test_layers import _role_default_layers, run_py
 
 UV = shutil.which("uv")

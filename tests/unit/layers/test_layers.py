@@ -13,9 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_layers as L
-from ansible.module_utils import dflash_wheelhouse as WH
-from ansible.module_utils import dflash_wheels as W
+from ansible.module_utils.dflash_layers import build as L
+from ansible.module_utils.dflash_layers import wheelhouse as WH
+from ansible.module_utils.dflash_layers import wheels as W
 
 UV = shutil.which("uv")
 needs_uv = pytest.mark.skipif(UV is None, reason="uv is not on PATH (the controller env is made with uv)")
@@ -568,7 +568,7 @@ def test_missing_wheels_and_one_tar_push(tmp_path, wheels):
 def test_a_uv_option_is_one_row_prerelease():
     """The layer field added in one place (dflash_overlay.UV_OPTIONS) as README's demonstration:
     checked, part of the hash only where set (existing layers keep theirs), in the lock key and in uv's argv."""
-    from ansible.module_utils import dflash_overlay as O
+    from ansible.module_utils.dflash_layers import overlay as O
 
     base = {"name": "ov", "python": "python3.12", "requirements": ["b==1"]}
     assert L.validate_layers([dict(base, prerelease="allow")]) == []

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible.module_utils import dflash_layers as L
+from ansible.module_utils.dflash_layers import build as L
 from test_layers import make_wheel
 from test_overlay import computed, needs_uv, venv_with
 

@@ -6,7 +6,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from ansible.module_utils import dflash_wheels as W
+from ansible.module_utils.dflash_layers import wheels as W
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts" / "gpu"))
 import make_wheelhouse as M

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_consistency as C
-from ansible.module_utils import dflash_layers as L
-from ansible.module_utils import dflash_overlay as O
-from ansible.module_utils import dflash_pep508 as pep508
-from ansible.module_utils import dflash_wheelhouse as WH
-from ansible.module_utils import dflash_wheels as W
+from ansible.module_utils.dflash_layers import build as L
+from ansible.module_utils.dflash_layers import consistency as C
+from ansible.module_utils.dflash_layers import overlay as O
+from ansible.module_utils.dflash_layers import pep508
+from ansible.module_utils.dflash_layers import wheelhouse as WH
+from ansible.module_utils.dflash_layers import wheels as W
 from test_layers import make_wheel, run_py, snapshot
 
 UV = shutil.which("uv")
@@ -280,7 +280,7 @@ def test_wheelhouse_locks_the_closure_and_fetches_only_the_layers_own_wheels(tmp
 
 @needs_uv
 def test_probe_consistency_gates_on_the_closure_and_reports_the_rest(tmp_path, index, offline):
-    from ansible.module_utils import dflash_probe as P
+    from ansible.module_utils.dflash_layers import probe as P
 
     train = tmp_path / "train-venv"
     venv_with(train, [offline / "dfl_a-1.0-py3-none-any.whl", offline / "dfl_gpu-2.0+cu130-py3-none-any.whl"])

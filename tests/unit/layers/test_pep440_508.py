@@ -8,8 +8,8 @@ import importlib.metadata
 import itertools
 
 import pytest
-from ansible.module_utils import dflash_pep440 as V
-from ansible.module_utils import dflash_pep508 as R
+from ansible.module_utils.dflash_layers import pep440 as V
+from ansible.module_utils.dflash_layers import pep508 as R
 from packaging.markers import default_environment
 from packaging.requirements import Requirement as PReq
 from packaging.specifiers import SpecifierSet as PSpecSet

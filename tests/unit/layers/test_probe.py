@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_probe as P
+from ansible.module_utils.dflash_layers import probe as P
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "probe"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from ansible.module_utils import dflash_probe as p
+from ansible.module_utils.dflash_layers import probe as p
 
 FAKE_TORCH = textwrap.dedent('''
     import os

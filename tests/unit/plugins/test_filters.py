@@ -1,11 +1,11 @@
 """filter_plugins/*.py: both plugin files load by path (as Ansible loads them) and share one plain()
-from module_utils/dflash_jinja.py; the fingerprint fleet filters give what the pure functions give."""
+from module_utils/dflash_common/jinja.py; the fingerprint fleet filters give what the pure functions give."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_jinja
+from ansible.module_utils.dflash_common import jinja as dflash_jinja
 from ansible.module_utils.dflash_fingerprint import collect, merge, report
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_gates as g
-from ansible.module_utils import dflash_gates_config as cfg
-from ansible.module_utils import dflash_gates_output as out
-from ansible.module_utils import dflash_gates_perf as perf
+from ansible.module_utils.dflash_release import gates as g
+from ansible.module_utils.dflash_release import gates_config as cfg
+from ansible.module_utils.dflash_release import gates_output as out
+from ansible.module_utils.dflash_release import gates_perf as perf
 
 ROOT = Path(__file__).resolve().parents[3]
 REPLIES = ROOT / "tests" / "fixtures" / "replies"

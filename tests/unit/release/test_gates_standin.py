@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils import dflash_smoke as s
-from ansible.module_utils.dflash_gates_config import resolve
+from ansible.module_utils.dflash_release import smoke as s
+from ansible.module_utils.dflash_release.gates_config import resolve
 from test_standin import Server
 
 ARGS = ["--model-path", "/dev/shm/Qwen3.6-27B", "--host", "127.0.0.1", "--tp-size", "1",

@@ -10,7 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from ansible.module_utils import dflash_smoke as s
+from ansible.module_utils.dflash_release import smoke as s
 
 # `systemctl show -p LoadState,ActiveState,SubState,Result,NRestarts,ExecMainPID,ExecMainStatus,
 # ExecMainCode dflash-main.service` on systemd 252 (Debian 12) for a unit whose python exited 1
@@ -361,7 +361,7 @@ def test_ready_grace_carries_over_chunks_and_a_late_200_still_passes():
 def test_says_ready_reads_sglangs_and_the_stand_ins_line():
     import pathlib
 
-    from ansible.module_utils.dflash_startup import says_ready
+    from ansible.module_utils.dflash_release.startup import says_ready
     root = pathlib.Path(__file__).resolve().parents[3]
     text = (root / "tests/fixtures/logs/unknown/h200-openai-harmony-caught-then-ready.log").read_text()
     assert says_ready(text) and says_ready("x\nThe server is fired up and ready to roll! (lab stand-in: serving)\n")

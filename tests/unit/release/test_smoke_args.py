@@ -1,4 +1,4 @@
-"""The arguments dflash_smoke and dflash_wait share come from module_utils/dflash_smoke.py: they agree
+"""The arguments dflash_smoke and dflash_wait share come from module_utils/dflash_release/smoke.py: they agree
 with each module's DOCUMENTATION, and the release_dir/names/instances handling is one function."""
 
 import ast
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import dflash_smoke as s
+from ansible.module_utils.dflash_release import smoke as s
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -9,7 +9,7 @@ import pathlib
 import socket
 import sys
 
-from ansible.module_utils import dflash_startup as st
+from ansible.module_utils.dflash_release import startup as st
 from ansible_play import run_play
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import posixpath
 
-from ansible.module_utils.dflash_checks import SYSTEM_DIRS, control_char, host_error, under
+from ansible.module_utils.dflash_instances.checks import SYSTEM_DIRS, control_char, host_error, under
 
 # the shared inventory inputs (docs/design.md) a typo'd name is compared with
 SHARED = ("dflash_instances", "dflash_prefix", "dflash_remove_absent", "dflash_remove_instances",

@@ -2,7 +2,7 @@
 performance gates on several short generations, and the failure message that names the gate,
 the figure, the threshold and both releases.
 
-``smoke_instance`` (dflash_smoke.py) calls ``output_gates`` after the chat request and
+``smoke_instance`` (smoke.py) calls ``output_gates`` after the chat request and
 ``perf_gates`` after the speculative proof; ``failure`` turns failed gates into the message that
 fails the smoke test (and so reaches the release's rescue, which puts the previous release back).
 Pure functions (the code check starts one sandboxed subprocess); no Ansible import.
@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.dflash_gates_output import (
+from ansible.module_utils.dflash_release.gates_output import (
     degenerate_reply,
     extract_code,
     match_patterns,
     reply_texts,
     run_code,
 )
-from ansible.module_utils.dflash_gates_perf import PerfError, conditions, find_baseline, judge, measure
+from ansible.module_utils.dflash_release.gates_perf import (
+    PerfError,
+    conditions,
+    find_baseline,
+    judge,
+    measure,
+)
 
 
 def _skip(gate, reason):

@@ -1,11 +1,11 @@
-"""Multi-node instances across hosts (module_utils/dflash_multinode.py): every bad form is refused with
+"""Multi-node instances across hosts (module_utils/dflash_rollout/multinode.py): every bad form is refused with
 the hosts, the instance and the field; a good layout passes; the rollout batches must keep ranks together."""
 
 import copy
 
 import pytest
-from ansible.module_utils import dflash_multinode as mn
-from ansible.module_utils import dflash_rollout as ro
+from ansible.module_utils.dflash_rollout import batches as ro
+from ansible.module_utils.dflash_rollout import multinode as mn
 
 ADDR = {"fl-d": ["fl-d", "mol-fl-d", "10.88.0.4"], "fl-e": ["fl-e", "mol-fl-e", "10.88.0.5"],
         "fl-a": ["fl-a", "10.88.0.1"]}

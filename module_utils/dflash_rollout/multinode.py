@@ -2,7 +2,7 @@
 
 Pure functions, no Ansible import (filter_plugins/dflash_fleet.py calls them once per run, on the
 controller, with every host's `dflash_instances`). The checks of one host's fields (node_rank in
-range, dist_init_addr present and well formed, rendezvous port free) are in dflash_tp.py.
+range, dist_init_addr present and well formed, rendezvous port free) are in dflash_instances/tp.py.
 
 The members of a multi-node instance are the instances of the same name on several hosts. They must
 agree on nnodes, dist_init_addr and the model setup, hold every rank 0..nnodes-1 exactly once,
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible.module_utils.dflash_tp import nnodes_of, parse_addr
+from ansible.module_utils.dflash_instances.tp import nnodes_of, parse_addr
 
 # fields every rank must agree on (sglang starts one model across the ranks)
 SHARED_FIELDS = ("nnodes", "tp", "dist_init_addr", "model_path", "draft_model_path", "algorithm",

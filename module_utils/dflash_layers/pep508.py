@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.dflash_pep440 import InvalidSpecifier, Specifier, SpecifierSet
+from ansible.module_utils.dflash_layers.pep440 import InvalidSpecifier, Specifier, SpecifierSet
 
 MARKER_VARIABLES = (
     "implementation_name", "implementation_version", "os_name", "platform_machine",

@@ -27,10 +27,15 @@ import re
 import shutil
 import stat
 
-from ansible.module_utils.dflash_consistency import installed_distributions
-from ansible.module_utils.dflash_pep440 import normalize_version, parse_version, same_version
-from ansible.module_utils.dflash_pep508 import InvalidRequirement, Requirement, canonical_name
-from ansible.module_utils.dflash_wheels import LayerError, supported_tags, wheel_entry, write_wheel
+from ansible.module_utils.dflash_layers.consistency import installed_distributions
+from ansible.module_utils.dflash_layers.pep440 import normalize_version, parse_version, same_version
+from ansible.module_utils.dflash_layers.pep508 import InvalidRequirement, Requirement, canonical_name
+from ansible.module_utils.dflash_layers.wheels import (
+    LayerError,
+    supported_tags,
+    wheel_entry,
+    write_wheel,
+)
 
 STANDIN_GENERATOR = "dflash-deploy (stand-in of an installed distribution; never installed)"
 _PIN_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)\s*$")
@@ -136,7 +141,7 @@ def offered(parent_dists, spec):
 # uv's resolution options a layer may set, one row per field of a dflash_venv_layers item:
 #   field: (kind, uv flag, choices, always)
 # kind: bool (the bare flag when true), str, list (the flag once per item), choice (one of choices).
-# Validation and the canonical spec (dflash_layers.py), the wheelhouse lock key (dflash_wheelhouse.py)
+# Validation and the canonical spec (build.py), the wheelhouse lock key (wheelhouse.py)
 # and uv's arguments (index_args) follow this table: a new uv option is a new row (and its line in
 # roles/dflash_layers/meta/argument_specs.yml). always: the field is part of every layer's canonical
 # spec; a row added later has always=False so that it enters the hash only where a layer sets it

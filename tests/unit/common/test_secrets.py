@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_secrets as sec
-from ansible.module_utils import dflash_smoke as smoke
-from ansible.module_utils.dflash_release import manifest, ops
+from ansible.module_utils.dflash_common import secrets as sec
+from ansible.module_utils.dflash_release import manifest, ops, smoke
 from test_standin import BASE_ARGS, SPEC_ARGS, Server, http
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -27,16 +27,16 @@ import time
 import urllib.error
 import urllib.request
 
-from ansible.module_utils.dflash_gates import failed as gates_failed
-from ansible.module_utils.dflash_gates import failure as gates_failure
-from ansible.module_utils.dflash_gates import output_gates, perf_gates, release_context
-from ansible.module_utils.dflash_gates import summary as gates_summary
-from ansible.module_utils.dflash_gates_config import gate_errors, resolve
-from ansible.module_utils.dflash_gates_perf import sample_body
+from ansible.module_utils.dflash_common.secrets import SECRET_FIELDS, env_file_secrets, redact
+from ansible.module_utils.dflash_instances.tp import secondary_rank_record
 from ansible.module_utils.dflash_release.activation import health as _health
-from ansible.module_utils.dflash_runner import parse_env_file
-from ansible.module_utils.dflash_secrets import SECRET_FIELDS, env_file_secrets, redact
-from ansible.module_utils.dflash_tp import secondary_rank_record
+from ansible.module_utils.dflash_release.gates import failed as gates_failed
+from ansible.module_utils.dflash_release.gates import failure as gates_failure
+from ansible.module_utils.dflash_release.gates import output_gates, perf_gates, release_context
+from ansible.module_utils.dflash_release.gates import summary as gates_summary
+from ansible.module_utils.dflash_release.gates_config import gate_errors, resolve
+from ansible.module_utils.dflash_release.gates_perf import sample_body
+from ansible.module_utils.dflash_service.runner import parse_env_file
 
 API_KEY_VAR = SECRET_FIELDS["api_key"][0]
 

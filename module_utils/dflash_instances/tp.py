@@ -2,9 +2,9 @@
 the facts the tensor-parallel rules read, and the launch flags.
 
 Pure functions, no Ansible import. Called by module_utils/dflash_instances/ through one-line hooks
-(validation, rule context, launch arguments, host facts) and by dflash_smoke.py (a node rank > 0
+(validation, rule context, launch arguments, host facts) and by dflash_release/smoke.py (a node rank > 0
 has no HTTP API to smoke-test). The checks across hosts (ranks, addresses, batches) are in
-dflash_multinode.py.
+dflash_rollout/multinode.py.
 
 Instance fields (besides `gpus` and `tp` of the instances stage):
   nnodes          hosts one instance spans (default 1); tp = len(gpus) * nnodes
@@ -19,7 +19,7 @@ import json
 import os
 import re
 
-from ansible.module_utils.dflash_topo import describe_links, gpu_set_facts
+from ansible.module_utils.dflash_fingerprint.topo import describe_links, gpu_set_facts
 
 TP_KEYS = {"nnodes", "node_rank", "dist_init_addr", "metrics"}
 # flags set from these fields: extra_args / pin_flags must not set them too

@@ -13,7 +13,7 @@ import re
 import zipfile
 from urllib.parse import unquote
 
-from ansible.module_utils.dflash_pep508 import canonical_name
+from ansible.module_utils.dflash_layers.pep508 import canonical_name
 
 
 class LayerError(Exception):

@@ -1,5 +1,5 @@
 """Hosts without systemd (dflash_service_manager=runner): dflash_wait starts the rendered unit's command
-through module_utils/dflash_runner.py, judges it like a unit and diagnoses its log file."""
+through module_utils/dflash_service/runner.py, judges it like a unit and diagnoses its log file."""
 import json
 import pathlib
 import socket

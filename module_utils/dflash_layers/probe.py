@@ -17,8 +17,8 @@ import signal
 import subprocess
 import time
 
-from ansible.module_utils.dflash_consistency import check, installed_distributions, shadowed
-from ansible.module_utils.dflash_pep508 import MARKER_ENV_FUNC, canonical_name
+from ansible.module_utils.dflash_layers.consistency import check, installed_distributions, shadowed
+from ansible.module_utils.dflash_layers.pep508 import MARKER_ENV_FUNC, canonical_name
 
 RESULT_TAG = "DFLASH_PROBE_RESULT "
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib.metadata
 import os
 
-from ansible.module_utils.dflash_pep440 import parse_version
-from ansible.module_utils.dflash_pep508 import InvalidRequirement, Requirement, canonical_name
+from ansible.module_utils.dflash_layers.pep440 import parse_version
+from ansible.module_utils.dflash_layers.pep508 import InvalidRequirement, Requirement, canonical_name
 
 
 def _location(dist):

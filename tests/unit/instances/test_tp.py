@@ -5,10 +5,10 @@ import copy
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_topo as topo
-from ansible.module_utils import dflash_tp as tp
+from ansible.module_utils.dflash_fingerprint import topo
 from ansible.module_utils.dflash_instances import fields as di_fields
 from ansible.module_utils.dflash_instances import flags as di_flags
+from ansible.module_utils.dflash_instances import tp
 from ansible.module_utils.dflash_instances import validate as di_validate
 from test_instances import CT200_FACTS, DRAFT, MODEL, RULE_NAMES
 from test_rules import CT129, RULES

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import dflash_topo as t
+from ansible.module_utils.dflash_fingerprint import topo as t
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "topo"
 

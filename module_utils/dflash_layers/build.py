@@ -2,8 +2,8 @@
 
 Pure logic with no Ansible import. The host-side module (library/dflash_layers.py) is a thin
 wrapper over this file; pytest imports it directly. What a layer installs is computed
-(module_utils/dflash_overlay.py): its requirements' closure less what its parent already provides;
-the controller's offline wheelhouse is module_utils/dflash_wheelhouse.py.
+(module_utils/dflash_layers/overlay.py): its requirements' closure less what its parent already provides;
+the controller's offline wheelhouse is module_utils/dflash_layers/wheelhouse.py.
 
 A layer is one venv. An overlay layer's site-packages come first on sys.path and a
 ``_dflash_parent.pth`` file appends its parent's site-packages (``site.addsitedir``, so the
@@ -32,10 +32,10 @@ import shutil
 import subprocess
 import time
 
-from ansible.module_utils import dflash_overlay as overlay
-from ansible.module_utils.dflash_pep508 import canonical_name
-from ansible.module_utils.dflash_trash import remove_dirs
-from ansible.module_utils.dflash_wheels import LayerError
+from ansible.module_utils.dflash_common.trash import remove_dirs
+from ansible.module_utils.dflash_layers import overlay
+from ansible.module_utils.dflash_layers.pep508 import canonical_name
+from ansible.module_utils.dflash_layers.wheels import LayerError
 
 # 2: overlays are computed (closure less what the parent provides); existing venvs hashed by what
 # they expose (importlib.metadata over their site dirs and .pth links)

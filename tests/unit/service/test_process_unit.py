@@ -1,6 +1,6 @@
 """One answer for "which unit is this process in": the fingerprint stage (GPU processes,
 dflash_fingerprint.process_unit) and the instances stage (port owners, dflash_instances.read_listeners)
-both ask module_utils/dflash_runner.py, for cgroup v1 and v2 files and for runner-started processes."""
+both ask module_utils/dflash_service/runner.py, for cgroup v1 and v2 files and for runner-started processes."""
 
 import os
 import socket
@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils import dflash_runner
 from ansible.module_utils.dflash_fingerprint import collect
 from ansible.module_utils.dflash_instances import host as di_host
 from ansible.module_utils.dflash_instances import validate as di_validate
+from ansible.module_utils.dflash_service import runner as dflash_runner
 
 V1_HEAD = "12:pids:{p}\n11:memory:{p}\n4:cpuset:/\n1:name=systemd:{p}\n"
 # name: (cgroup text or None for no file, the runner unit whose process group the process is in

@@ -5,7 +5,7 @@ import json
 import pathlib
 
 import pytest
-from ansible.module_utils import dflash_runner
+from ansible.module_utils.dflash_service import runner as dflash_runner
 from ansible_play import run_play
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

@@ -12,8 +12,8 @@ import ipaddress
 import posixpath
 import re
 
-from ansible.module_utils.dflash_secrets import SECRET_FIELDS, is_secret_env
-from ansible.module_utils.dflash_server_flags import check_args, check_pins
+from ansible.module_utils.dflash_common.secrets import SECRET_FIELDS, is_secret_env
+from ansible.module_utils.dflash_instances.server_flags import check_args, check_pins
 
 # environment the toolkit sets itself (the unit, the flags stage): the inventory may not override it
 RESERVED_ENV = {

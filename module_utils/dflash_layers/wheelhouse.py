@@ -2,7 +2,7 @@
 
 Pure logic with no Ansible import (library/dflash_wheelhouse.py wraps it). Layers are resolved in
 order, parents first, each with what its parent provides offered to the resolver
-(module_utils/dflash_overlay.py): an existing venv's distributions as the host reported them, a
+(module_utils/dflash_layers/overlay.py): an existing venv's distributions as the host reported them, a
 built parent's from its locked wheels. A lock (``<dir>/locks/<layer>-<key12>.json``) lists the
 layer's whole closure, each member with its source: ``parent`` (taken from the parent at that exact
 version) or ``layer`` (a wheel: filename, url, sha256, size, downloaded into ``<dir>/files/``).
@@ -22,10 +22,10 @@ import secrets
 import shutil
 import zipfile
 
-from ansible.module_utils.dflash_layers import FORMAT, default_runner, sha256_json
-from ansible.module_utils.dflash_overlay import freeze, resolve, uv_options_canonical
-from ansible.module_utils.dflash_pep508 import canonical_name
-from ansible.module_utils.dflash_wheels import LayerError, sha256_file
+from ansible.module_utils.dflash_layers.build import FORMAT, default_runner, sha256_json
+from ansible.module_utils.dflash_layers.overlay import freeze, resolve, uv_options_canonical
+from ansible.module_utils.dflash_layers.pep508 import canonical_name
+from ansible.module_utils.dflash_layers.wheels import LayerError, sha256_file
 
 
 def wheelhouse_key(spec, target, parent_freeze=None):
