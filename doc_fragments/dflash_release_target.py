@@ -1,5 +1,5 @@
 """Options the smoke-test modules (library/dflash_smoke.py, library/dflash_wait.py) share to name their
-instances from a release (the argument spec is one function: module_utils/dflash_release/smoke.py
+instances from a release (the argument spec is one function: module_utils/dflash_release/target.py
 target_argument_spec)."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from ansible.module_utils.dflash_instances import inventory as _inv
 from ansible.module_utils.dflash_instances import rules as _di_rules
 from ansible.module_utils.dflash_instances import server_flags as _sf
 from ansible.module_utils.dflash_instances import validate as _di_validate
-from ansible.module_utils.dflash_service.runner import default_service_manager
+from ansible.module_utils.dflash_service.backend import default_service_manager
 
 
 def _removed(instances, host_facts, remove_absent, remove):

@@ -66,27 +66,28 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.disk import os_error_message
 from ansible.module_utils.dflash_release.activation import (
-    ActivationError,
-    Runner,
-    Systemd,
     begin,
-    boot_time,
     commit,
-    current_target,
-    decide,
-    describe,
     finish,
     install,
     plan,
-    read_journal,
-    read_manifest,
-    release_status,
     revert,
     serving,
-    sweep_before_boot,
     switch,
     unit_of,
 )
+from ansible.module_utils.dflash_release.journal import (
+    ActivationError,
+    boot_time,
+    current_target,
+    decide,
+    describe,
+    read_journal,
+    read_manifest,
+    release_status,
+    sweep_before_boot,
+)
+from ansible.module_utils.dflash_service.backend import NAMES, backend
 
 
 def main():
@@ -100,7 +101,7 @@ def main():
             "changed": {"type": "list", "elements": "str", "default": []},
             "restart_all": {"type": "bool", "default": False},
             "remove": {"type": "list", "elements": "dict", "default": []},
-            "service_manager": {"type": "str", "default": "systemd", "choices": ["systemd", "runner"]},
+            "service_manager": {"type": "str", "default": "systemd", "choices": list(NAMES)},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "run_dir": {"type": "path", "default": "/run/dflash"},
             "host": {"type": "str", "default": ""},
@@ -113,10 +114,7 @@ def main():
     p = module.params
     prefix, check = p["prefix"], module.check_mode
     where = (p["host"] + ": ") if p["host"] else ""
-    if p["service_manager"] == "runner":
-        backend = Runner(p["run_dir"])
-    else:
-        backend = Systemd(lambda argv: module.run_command(argv))
+    service = backend(p["service_manager"], run=module.run_command, unit_dir=p["unit_dir"], run_dir=p["run_dir"])
     try:
         action = p["action"]
         if action == "begin":
@@ -125,22 +123,22 @@ def main():
             if not manifest and not check:
                 module.fail_json(msg=f"{where}release {rid}: {prefix}/releases/{rid}/manifest.json not found")
             names = sorted(manifest.get("instances") or {})
-            not_running = [n for n in names if not backend.is_active(unit_of(n, manifest["instances"][n]))]
+            not_running = [n for n in names if not service.is_active(unit_of(n, manifest["instances"][n]))]
             the_plan = plan(prefix, rid, names, p["units"], p["changed"], not_running, p["restart_all"],
                             p["remove"], read_manifest(prefix, current_target(prefix)))
-            journal = begin(prefix, rid, the_plan, backend, host=p["host"], controller=p["controller"],
+            journal = begin(prefix, rid, the_plan, service, host=p["host"], controller=p["controller"],
                             check_mode=check)
             module.exit_json(changed=not journal["noop"], journal=journal, restart=the_plan["restart"],
                              stop_first=the_plan["stop_first"], not_running=not_running,
                              units_changed=[u["dest"] for u in journal["units"]])
         if action == "install":
-            module.exit_json(**install(prefix, p["release_id"], backend, check_mode=check))
+            module.exit_json(**install(prefix, p["release_id"], service, check_mode=check))
         if action == "switch":
-            module.exit_json(**switch(prefix, p["release_id"], backend, check_mode=check))
+            module.exit_json(**switch(prefix, p["release_id"], service, check_mode=check))
         if action == "commit":
-            module.exit_json(**commit(prefix, p["release_id"], backend, p["unit_dir"], check_mode=check))
+            module.exit_json(**commit(prefix, p["release_id"], service, p["unit_dir"], check_mode=check))
         if action == "revert":
-            module.exit_json(**revert(prefix, backend, check_mode=check, release_id=p["release_id"]))
+            module.exit_json(**revert(prefix, service, check_mode=check, release_id=p["release_id"]))
         if action == "finish":
             module.exit_json(**finish(prefix, check_mode=check))
         if action == "recover":
@@ -152,7 +150,7 @@ def main():
                              description=describe(journal) if journal else "",
                              release_status=status.get("status"), swept=swept)
         if action == "serving":
-            module.exit_json(changed=False, **serving(prefix, backend))
+            module.exit_json(changed=False, **serving(prefix, service))
     except ActivationError as exc:
         module.fail_json(msg=f"{where}{exc}")
     except OSError as exc:

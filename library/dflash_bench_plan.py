@@ -52,7 +52,7 @@ from ansible.module_utils.dflash_bench.flags import get_flag
 from ansible.module_utils.dflash_bench.matrix import MatrixError, normalize
 from ansible.module_utils.dflash_bench.plan import plan
 from ansible.module_utils.dflash_instances.host import gather_host_facts
-from ansible.module_utils.dflash_release.activation import current_target as current_id
+from ansible.module_utils.dflash_release.journal import current_target as current_id
 
 
 def main():

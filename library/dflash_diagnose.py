@@ -8,7 +8,8 @@ DOCUMENTATION = r"""
 module: dflash_diagnose
 short_description: Tell why an SGLang server failed, from its log
 description:
-  - Reads a server log (a file on the managed host, or text passed in) and returns the root
+  - Reads a server log (a unit's, through the host's service backend; a file on the managed host; or text passed
+    in) and returns the root
     cause of the failure as one of a fixed set of causes, with a summary, a concrete remedy
     (the flag or the pin) and the few log lines that decided it.
   - The first fatal error wins over later noise (rank shutdown, sigquit, NCCL aborts of the
@@ -16,8 +17,23 @@ description:
     Logs larger than I(max_bytes) are read as head and tail.
   - Never changes anything; check mode is supported.
 options:
+  unit:
+    description: A unit whose log to read, through O(service_manager) (its journal under systemd, the runner's log
+      file otherwise; the newest O(lines) lines). Exactly one of I(unit), I(log_file), I(log_text).
+    type: str
+  service_manager:
+    description: The host's service backend (C(dflash_service_manager)), for O(unit).
+    type: str
+    choices: [systemd, runner]
+    default: systemd
+  log_dir: {description: Where the runner writes each unit's log (O(unit) with the runner)., type: path,
+    default: /var/log/dflash}
+  lines:
+    description: How many of the newest lines of the unit's log to read (O(unit)).
+    type: int
+    default: 20000
   log_file:
-    description: Path of the log on the managed host. Exactly one of I(log_file), I(log_text).
+    description: Path of the log on the managed host.
     type: path
   log_text:
     description: The log itself (e.g. a registered C(journalctl -u ...) output).
@@ -34,9 +50,10 @@ author: dflash-deploy
 """
 
 EXAMPLES = r"""
-- name: Diagnose the instance from its journal since it started
+- name: Diagnose an instance from its log (journal or runner log)
   dflash_diagnose:
-    log_text: "{{ __journal.stdout }}"
+    unit: dflash-main.service
+    service_manager: "{{ dflash_service_manager }}"
   register: __diagnosis
 
 - name: Diagnose a saved log (from the repository root)
@@ -79,24 +96,33 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_diagnose.engine import diagnose_file, diagnose_text
+from ansible.module_utils.dflash_service.backend import NAMES, backend
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
+            "unit": {"type": "str"},
+            "service_manager": {"type": "str", "choices": list(NAMES), "default": "systemd"},
+            "log_dir": {"type": "path", "default": "/var/log/dflash"},
+            "lines": {"type": "int", "default": 20000},
             "log_file": {"type": "path"},
             "log_text": {"type": "str"},
             "max_bytes": {"type": "int", "default": 16 * 1024 * 1024},
             "fail_on_cause": {"type": "bool", "default": False},
         },
-        mutually_exclusive=[("log_file", "log_text")],
-        required_one_of=[("log_file", "log_text")],
+        mutually_exclusive=[("unit", "log_file", "log_text")],
+        required_one_of=[("unit", "log_file", "log_text")],
         supports_check_mode=True,
     )
     p = module.params
     if p["max_bytes"] < 1024:
         module.fail_json(msg=f"max_bytes must be at least 1024, got {p['max_bytes']}")
-    if p["log_file"] is not None:
+    if p["unit"] is not None:
+        service = backend(p["service_manager"], run=module.run_command, log_dir=p["log_dir"],
+                          journalctl=module.get_bin_path("journalctl", required=p["service_manager"] == "systemd"))
+        result = diagnose_text(service.logs(p["unit"], lines=p["lines"]), source=service.log_source(p["unit"]))
+    elif p["log_file"] is not None:
         path = p["log_file"]
         if not os.path.isfile(path):
             module.fail_json(msg=f"log_file {path} does not exist or is not a file")

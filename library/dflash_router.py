@@ -61,7 +61,6 @@ version: {description: sglang-router's version in the layer (probe)., type: str,
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_release.smoke import SHOW_PROPERTIES, journal_tail, parse_show
 from ansible.module_utils.dflash_router import (
     RouterError,
     http,
@@ -70,26 +69,26 @@ from ansible.module_utils.dflash_router import (
     smoke_router,
     wait_router,
 )
-from ansible.module_utils.dflash_service.runner import RunnerUnits
+from ansible.module_utils.dflash_service.backend import NAMES, backend
 
 
 def unit_watch(module, p):
-    """(state(), log_tail()) of the router's unit: systemctl show and its journal, or the runner's pidfile
-    and log (hosts without systemd), as dflash_wait reads an instance's."""
+    """(state(), log_tail()) of the router's unit through its service backend (systemd, or the runner on hosts
+    without systemd), as dflash_wait reads an instance's."""
     unit = p["unit"]
-    if p["service_manager"] == "runner":
-        units = RunnerUnits(p["unit_dir"], p["log_dir"], p["run_dir"])
-        return (lambda: units.show(unit)), (lambda: units.log_text(unit))
-    systemctl, journalctl = module.get_bin_path("systemctl"), module.get_bin_path("journalctl")
+    units = backend(p["service_manager"], run=module.run_command, unit_dir=p["unit_dir"], log_dir=p["log_dir"],
+                    run_dir=p["run_dir"], systemctl=module.get_bin_path("systemctl"),
+                    journalctl=module.get_bin_path("journalctl"))
     since = time.time() - 180  # the restart was the task before; its first lines may be older than this call
 
     def state():
-        if not systemctl:
+        if p["service_manager"] == "systemd" and not units.systemctl:
             return {}
-        rc, out, _ = module.run_command([systemctl, "show", "-p", ",".join(SHOW_PROPERTIES), "--", unit])
-        return parse_show(out) if rc == 0 else {}
+        st = units.state(unit)
+        # systemctl itself failing says nothing about the router: no verdict from it (the /health poll decides)
+        return {} if st.get("LoadState") == "error" else st
 
-    return state, (lambda: journal_tail(module, journalctl, unit, since, lines=200))
+    return state, (lambda: units.logs(unit, since=since, lines=200))
 
 
 def main():
@@ -109,7 +108,7 @@ def main():
             "host": {"type": "str", "default": ""},
             "python": {"type": "str"},
             "unit": {"type": "str"},
-            "service_manager": {"type": "str", "choices": ["systemd", "runner"], "default": "systemd"},
+            "service_manager": {"type": "str", "choices": list(NAMES), "default": "systemd"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "log_dir": {"type": "path", "default": "/var/log/dflash"},
             "run_dir": {"type": "path", "default": "/run/dflash"},

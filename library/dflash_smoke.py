@@ -66,13 +66,11 @@ failed_instances: {description: Names that failed., type: list, returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_release.smoke import (
-    SmokeError,
+from ansible.module_utils.dflash_release.smoke import SmokeError, instance_secret_values, smoke_all
+from ansible.module_utils.dflash_release.target import (
     check_named,
     gate_argument_spec,
     gate_options,
-    instance_secret_values,
-    smoke_all,
     smoke_argument_spec,
     smoke_options,
     target_argument_spec,

@@ -13,7 +13,8 @@ description:
   - The first unit that failed, exited or was restarted by systemd ends the wait at once; its
     journal since the restart is diagnosed (C(dflash_diagnose) logic) and the module fails with
     the cause and remedy. A hang past O(timeout) fails the same way.
-  - Logic lives in C(module_utils/dflash_release/smoke.py).
+  - Logic lives in C(module_utils/dflash_release/wait.py), the smoke test in C(smoke.py); the units are
+    restarted and read through the service backend, C(module_utils/dflash_service/).
 options:
   instances:
     description: Instances to wait for (or O(release_dir)).
@@ -129,7 +130,6 @@ resume: {description: What the next chunk of the wait needs., type: dict, return
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.secrets import redact
@@ -137,30 +137,25 @@ from ansible.module_utils.dflash_diagnose.engine import diagnose_text
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import mark
 from ansible.module_utils.dflash_release.smoke import (
-    SHOW_PROPERTIES,
     SmokeError,
-    check_named,
-    describe_failure,
     endpoint,
+    instance_secret_values,
+    merge_record,
+    smoke_all,
+)
+from ansible.module_utils.dflash_release.target import (
+    check_named,
     gate_argument_spec,
     gate_options,
-    health_status,
-    instance_secret_values,
-    journal_argv,
-    journal_tail,
-    merge_record,
-    parse_show,
-    smoke_all,
     smoke_argument_spec,
     smoke_options,
     target_argument_spec,
     target_constraints,
     target_instances,
     unit_name,
-    wait_units,
 )
-from ansible.module_utils.dflash_release.startup import latest_stage, progress_line, says_ready
-from ansible.module_utils.dflash_service.runner import RunnerUnits, log_since_last_start
+from ansible.module_utils.dflash_release.wait import restart_and_wait
+from ansible.module_utils.dflash_service.backend import NAMES, backend
 
 
 def main():
@@ -174,7 +169,7 @@ def main():
             "smoke": {"type": "bool", "default": False},
             **smoke_argument_spec("smoke_timeout"),
             "mark": {"type": "bool", "default": False},
-            "service_manager": {"type": "str", "default": "systemd", "choices": ["systemd", "runner"]},
+            "service_manager": {"type": "str", "default": "systemd", "choices": list(NAMES)},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "log_dir": {"type": "path", "default": "/var/log/dflash"},
             "run_dir": {"type": "path", "default": "/run/dflash"},
@@ -213,95 +208,20 @@ def main():
         module.exit_json(changed=p["restart"], verdict="skipped (check mode)", seconds=0.0, failed_instances=[],
                          instances={i["name"]: {"verdict": "not run"} for i in insts})
 
-    if p["service_manager"] == "runner":
-        systemctl = None
-        runner = RunnerBackend(p["unit_dir"], p["log_dir"], p["run_dir"])
-    else:
-        systemctl = module.get_bin_path("systemctl", required=True)
-        runner = None
-    resume = p["resume"] or {}
-    since = float(resume.get("since") or time.time())
-    restart_out = resume.get("restart")
-    restarted = bool(resume.get("restarted", p["restart"]))
-    if resume:
-        pass  # a later chunk of the same wait: the units were restarted (or not) by the first one
-    elif p["restart"] and runner:
-        restart_out = runner.restart([i["unit"] for i in insts])
-    elif p["restart"]:
-        # a unit that cannot even start (missing EnvironmentFile, bad ExecStart) makes this fail;
-        # the poll below sees the unit state and the journal says why
-        units = [i["unit"] for i in insts]
-        # a new release deserves a fresh start: clear a failed state and the start-rate limit
-        module.run_command([systemctl, "reset-failed", "--"] + units)
-        rc, _out, err = module.run_command([systemctl, "restart", "--"] + units)
-        restart_out = {"rc": rc, "stderr": err.strip()[-2000:]}
+    systemctl = module.get_bin_path("systemctl", required=p["service_manager"] == "systemd")
+    units = backend(p["service_manager"], run=module.run_command, unit_dir=p["unit_dir"], log_dir=p["log_dir"],
+                    run_dir=p["run_dir"], systemctl=systemctl, journalctl=module.get_bin_path("journalctl"))
 
-    def show(unit):
-        if runner:
-            return runner.show(unit)
-        rc, out, _ = module.run_command([systemctl, "show", "-p", ",".join(SHOW_PROPERTIES), "--", unit])
-        return parse_show(out) if rc == 0 else {"LoadState": "error"}
-
-    # a manual restart resets NRestarts; without one, restarts from before this wait do not count
-    if "baseline" in resume:
-        baseline = resume["baseline"]
-    else:
-        baseline = 0 if restarted else {i["unit"]: show(i["unit"]).get("NRestarts") or 0 for i in insts}
-    t_wait = time.time()
-    offset = max(0.0, t_wait - since)  # seconds of earlier chunks (and the restart)
-    left = max(0.05, p["timeout"] - offset)
-    chunk = p["chunk_seconds"] if p["chunk_seconds"] and p["chunk_seconds"] > 0 else None
-    journalctl = module.get_bin_path("journalctl")
-
-    def logged_ready(inst):  # the log since the restart says "fired up" (read every few seconds at most)
-        text = runner.log_text(inst["unit"]) if runner else journal_tail(module, journalctl, inst["unit"], since)
-        return says_ready(text)
-
-    res = wait_units(insts, show=show, health=health_status, timeout=min(left, chunk) if chunk else left,
-                     interval=p["interval"], baseline_restarts=baseline, logged_ready=logged_ready,
-                     ready_since=resume.get("ready_since"), ready_grace=p["ready_grace"])
-    _shift(res, offset)
-    if res["verdict"] == "timeout" and chunk and chunk < left:
-        # not decided in this chunk: say where each pending instance is, the action plugin asks again
-        progress = {}
-        for inst in insts:
-            if res["instances"][inst["name"]]["verdict"] in ("timeout", "starting"):
-                text = runner.log_text(inst["unit"]) if runner else journal_tail(module, journalctl, inst["unit"], since)
-                progress[inst["name"]] = progress_line(inst["name"], time.time() - since, p["timeout"],
-                                                       latest_stage(text))
-        module.exit_json(changed=restarted, verdict="starting", seconds=round(time.time() - since, 3),
-                         failed_instances=[], instances={}, progress=progress,
-                         resume={"since": since, "restart": restart_out, "restarted": restarted, "baseline": baseline,
-                                 "ready_since": {n: s["ready_since"] for n, s in res["instances"].items()
-                                                 if s.get("ready_since") is not None}})
-    verdict_at = time.time()
-    msgs = []
-    for inst in insts:
-        st = res["instances"][inst["name"]]
-        st["unit"] = inst["unit"]
-        if inst["name"] in res["failed"]:
-            diag = None
-            if p["diagnose"] and runner:
-                diag = runner.diagnose(inst["unit"])
-            elif p["diagnose"] and journalctl:
-                diag = diagnose_unit(module, journalctl, inst["unit"], since)
-            st["diagnosis"] = diag
-            msgs.append(where + describe_failure(inst["name"], st, diag))
+    def record(name, st):
         if p["record_dir"]:
-            merge_record(p["record_dir"], inst["name"], "wait",
-                         redact(dict(st, since=since, restart=restart_out), secrets))
-    result = {
-        # epoch seconds on the host: restart issued, polling started, verdict reached, module done
-        "timings": {"restart_at": since, "wait_from": t_wait, "verdict_at": verdict_at, "done_at": time.time()},
-        "changed": restarted,
-        "verdict": res["verdict"],
-        "seconds": res["seconds"],
-        "failed_instances": res["failed"],
-        "instances": res["instances"],
-        "restart": restart_out,
-    }
-    if res["verdict"] != "healthy":
-        module.fail_json(msg="; ".join(msgs) or f"{where}wait: {res['verdict']}", **result)
+            merge_record(p["record_dir"], name, "wait", redact(st, secrets))
+
+    outcome = restart_and_wait(insts, units, p, diagnose_text, where, record)
+    if outcome[0] == "starting":
+        module.exit_json(verdict="starting", failed_instances=[], instances={}, **outcome[1])
+    _done, result, msgs = outcome
+    if result["verdict"] != "healthy":
+        module.fail_json(msg="; ".join(msgs) or f"{where}wait: {result['verdict']}", **result)
     if p["smoke"]:
         # generation + speculative proof + gates in the same module call (one transport round trip less)
         smoke, failed, smsgs = smoke_all(insts_full, smoke_options(p, "smoke_timeout"), p["record_dir"], where,
@@ -320,48 +240,6 @@ def main():
         except ReleaseError as exc:
             module.fail_json(msg=f"{where}{exc}", **result)
     module.exit_json(**result)
-
-
-def _shift(res, offset):
-    """Seconds of a later chunk counted from the restart."""
-    if offset <= 0:
-        return
-    res["seconds"] = round(res["seconds"] + offset, 3)
-    for st in res["instances"].values():
-        if st.get("seconds") is not None:
-            st["seconds"] = round(st["seconds"] + offset, 3)
-
-
-class RunnerBackend(RunnerUnits):
-    """Hosts without systemd (dflash_service_manager=runner): the rendered unit's command runs in its
-    own session (module_utils/dflash_service/runner.py); the log file since the last start stands in for the
-    journal. User=, sandboxing and Restart= are not applied there."""
-
-    def diagnose(self, unit):
-        _path, log, _pid = self.paths(unit)
-        try:
-            with open(log, encoding="utf-8", errors="replace") as fh:
-                text = log_since_last_start(fh.read())
-        except OSError as exc:
-            text = str(exc)
-        diag = dict(diagnose_text(text, source=log))
-        diag["journal_tail"] = text.splitlines()[-30:]
-        return diag
-
-
-def diagnose_unit(module, journalctl, unit, since):
-    """Diagnose the unit's journal since ``since``.  journald may lag the unit state by a few
-    hundred ms: read again (up to ~2 s) while the log holds no decisive line."""
-    diag, text = None, ""
-    for attempt in range(5):
-        _rc, text, _err = module.run_command(journal_argv(unit, since))
-        diag = diagnose_text(text, source=f"journalctl -u {unit}")
-        if diag.get("cause") != "unknown" or attempt == 4:
-            break
-        time.sleep(0.4)
-    diag = dict(diag or {})
-    diag["journal_tail"] = text.splitlines()[-30:]
-    return diag
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.dflash_instances.tp import nnodes_of
-from ansible.module_utils.dflash_release.smoke import SmokeError, check_chat, judge
+from ansible.module_utils.dflash_release.smoke import SmokeError, check_chat
+from ansible.module_utils.dflash_release.wait import judge
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
 INFLIGHT_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
@@ -344,7 +345,7 @@ def probe_layer(python, run=subprocess.run, timeout=120.0) -> dict:
 
 def router_gone(state, log_tail=""):
     """A unit state (`systemctl show` keys, or the runner's) whose verdict, as for an instance
-    (dflash_smoke.judge), says the router's process is gone or crash-looping -> the error message; None
+    (dflash_release/wait.py judge), says the router's process is gone or crash-looping -> the error message; None
     while it runs or starts."""
     state = state or {}
     # restarts counted before this wait (NRestarts outlives a manual start) are not this start's

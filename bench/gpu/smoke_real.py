@@ -25,6 +25,7 @@ ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
 
 from ansible.module_utils.dflash_diagnose import engine
 from ansible.module_utils.dflash_release import smoke as dflash_smoke
+from ansible.module_utils.dflash_release import wait as dflash_wait
 
 OUT = sys.argv[1]
 MODELS = os.path.join(OUT, "models")
@@ -77,7 +78,7 @@ class Proc:
 def wait(proc, port, timeout):
     inst = [{"name": "x", "unit": "x", "health_url": f"http://127.0.0.1:{port}/health"}]
     t = time.time()
-    res = dflash_smoke.wait_units(inst, show=proc.show, health=dflash_smoke.health_status, timeout=timeout,
+    res = dflash_wait.wait_units(inst, show=proc.show, health=dflash_wait.health_status, timeout=timeout,
                                   interval=0.25)
     res["wall_s"] = round(time.time() - t, 2)
     return res

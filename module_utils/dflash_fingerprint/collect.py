@@ -21,7 +21,7 @@ from ansible.module_utils.dflash_fingerprint.tables import (
 )
 from ansible.module_utils.dflash_fingerprint.topo import collect_topology
 from ansible.module_utils.dflash_fingerprint.values import vtuple
-from ansible.module_utils.dflash_service.runner import process_unit
+from ansible.module_utils.dflash_service.process import process_unit
 
 TORCH_PROBE = (
     "import json\n"

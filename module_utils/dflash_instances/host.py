@@ -15,7 +15,7 @@ from ansible.module_utils.dflash_common import disk as dflash_diskspace
 from ansible.module_utils.dflash_instances import fields as _fields
 from ansible.module_utils.dflash_instances import tp as _tp
 from ansible.module_utils.dflash_instances.model import target_facts
-from ansible.module_utils.dflash_service.runner import process_unit
+from ansible.module_utils.dflash_service.process import process_unit
 
 # --------------------------------------------------------------------------- host facts (read-only)
 

@@ -10,8 +10,8 @@ import re
 import shutil
 
 from ansible.module_utils.dflash_common.secrets import load_salt, salted
-from ansible.module_utils.dflash_release.activation import current_target as current_id
 from ansible.module_utils.dflash_release.envfile import render_env_file
+from ansible.module_utils.dflash_release.journal import current_target as current_id
 from ansible.module_utils.dflash_release.manifest import (
     INSTANCE_NAME_RE,
     MANIFEST,

@@ -1,21 +1,14 @@
-"""Smoke test of SGLang instances: fail-fast wait, real generation, speculative-decoding proof.
+"""Smoke test of SGLang instances: real generation, speculative-decoding proof, the gates.
 
-The seeds' lesson: a server that crashed at import was polled for minutes ("don't wait so long
-when it fails fast"), a green /v1/models did not prove generation and nothing proved that
-speculative decoding was on.  So:
+The seeds' lesson: a green /v1/models did not prove generation and nothing proved that speculative decoding was
+on. So ``smoke_instance`` sends a real chat completion (temperature 0, max_tokens 128, the seeds' fibonacci
+prompt) that must return ``content`` or ``reasoning_content`` and records tokens/s; for a speculative instance
+``/get_server_info`` must name the algorithm and a ``/generate`` must show verify steps (``spec_verify_ct`` > 0)
+and an accept length; then the gates (``gates.py``). The wait before it (fail fast) is ``wait.py``; the module
+arguments both share, ``target.py``.
 
-* ``wait_units`` polls, for every instance at once, the unit's ActiveState/SubState/NRestarts
-  (``systemctl show``) *and* ``/health`` every ``interval`` (0.25 s by default) under one overall
-  timeout.  The first unit that failed, exited or was restarted by systemd ends the wait at once
-  (fail fast); healthy means ``/health`` answered 200 while the unit is active and was not
-  restarted.
-* ``smoke_instance`` then sends a real chat completion (temperature 0, max_tokens 128, the
-  seeds' fibonacci prompt) that must return ``content`` or ``reasoning_content`` and records
-  tokens/s; for a speculative instance ``/get_server_info`` must name the algorithm and a
-  ``/generate`` must show verify steps (``spec_verify_ct`` > 0) and an accept length.
-
-Pure logic plus injected I/O (``show``, ``health``, ``http``, ``clock``, ``sleep``) so tests run
-it against real local HTTP servers and recorded ``systemctl show`` output.  No Ansible import.
+Pure logic plus injected I/O (``http``, ``clock``) so tests run it against real local HTTP servers. No Ansible
+import.
 """
 
 from __future__ import annotations
@@ -27,30 +20,18 @@ import time
 import urllib.error
 import urllib.request
 
-from ansible.module_utils.dflash_common.secrets import SECRET_FIELDS, env_file_secrets, redact
+from ansible.module_utils.dflash_common.argv import arg_value, has_flag
+from ansible.module_utils.dflash_common.secrets import SECRET_FIELDS, redact
 from ansible.module_utils.dflash_instances.tp import secondary_rank_record
-from ansible.module_utils.dflash_release.activation import health as _health
 from ansible.module_utils.dflash_release.gates import failed as gates_failed
 from ansible.module_utils.dflash_release.gates import failure as gates_failure
-from ansible.module_utils.dflash_release.gates import output_gates, perf_gates, release_context
+from ansible.module_utils.dflash_release.gates import output_gates, perf_gates
 from ansible.module_utils.dflash_release.gates import summary as gates_summary
-from ansible.module_utils.dflash_release.gates_config import gate_errors, resolve
 from ansible.module_utils.dflash_release.gates_perf import sample_body
-from ansible.module_utils.dflash_service.runner import parse_env_file
 
 API_KEY_VAR = SECRET_FIELDS["api_key"][0]
 
 FIBONACCI_PROMPT = "Write a Python function fibonacci(n) using iteration. Return only code."
-SHOW_PROPERTIES = (
-    "LoadState",
-    "ActiveState",
-    "SubState",
-    "Result",
-    "NRestarts",
-    "ExecMainPID",
-    "ExecMainStatus",
-    "ExecMainCode",
-)
 SPECULATIVE_PROOF = ("DFLASH", "DDTREE")
 # token ids used when the server runs with --skip-tokenizer-init (no chat possible): any ids work
 FALLBACK_INPUT_IDS = [(i * 7919 + 13) % 150000 for i in range(32)]
@@ -62,25 +43,6 @@ class SmokeError(Exception):
     def __init__(self, msg, record=None):
         super().__init__(msg)
         self.record = record or {}
-
-
-# ----------------------------------------------------------------------------- arguments
-
-
-def arg_value(args, flag):
-    """Value of ``--flag value`` or ``--flag=value`` (the last one wins), else None."""
-    value = None
-    args = [str(a) for a in args or []]
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith(flag + "="):
-            value = a.split("=", 1)[1]
-    return value
-
-
-def has_flag(args, flag) -> bool:
-    return any(str(a) == flag or str(a).startswith(flag + "=") for a in args or [])
 
 
 def endpoint(args, port=None) -> str:
@@ -101,44 +63,6 @@ def expected_algorithm(args, algorithm=None):
     return str(algo).upper()
 
 
-def unit_name(instance: str) -> str:
-    return f"dflash-{instance}.service"
-
-
-def instances_from_manifest(manifest: dict, names=None) -> list:
-    """[{name, unit, args}] of a release manifest, for ``names`` (default: all of them)."""
-    have = manifest.get("instances") or {}
-    names = sorted(have) if names is None else list(names)
-    unknown = [n for n in names if n not in have]
-    if unknown:
-        raise SmokeError(f"release {manifest.get('id')}: no instance {', '.join(unknown)} "
-                         f"(it has: {', '.join(sorted(have)) or 'none'})")
-    return [{"name": n, "unit": have[n].get("unit") or unit_name(n), "args": list(have[n].get("args") or [])}
-            for n in names]
-
-
-def load_manifest_instances(release_dir: str, names=None) -> list:
-    """The instances of a release; each with its API key (``api_key``, sent as Authorization: Bearer) and
-    every secret of its env file (``secrets``, masked in what the smoke test returns and records)."""
-    try:
-        with open(os.path.join(release_dir, "manifest.json"), encoding="utf-8") as fh:
-            manifest = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise SmokeError(f"{release_dir}/manifest.json: {exc}") from None
-    out = instances_from_manifest(manifest, names)
-    for item in out:
-        try:
-            with open(os.path.join(release_dir, "instances", item["name"] + ".env"), encoding="utf-8") as fh:
-                secrets = env_file_secrets(parse_env_file(fh.read()))
-        except OSError:
-            secrets = {}
-        if secrets.get(API_KEY_VAR):
-            item["api_key"] = secrets[API_KEY_VAR]
-        if secrets:
-            item["secrets"] = sorted(set(secrets.values()))
-    return out
-
-
 def instance_secret_values(instances) -> set:
     """Every secret the instances of a call carry (their API keys and env-file secrets)."""
     vals = set()
@@ -147,247 +71,6 @@ def instance_secret_values(instances) -> set:
         if item.get("api_key"):
             vals.add(str(item["api_key"]))
     return vals
-
-
-# ----------------------------------------------------------------------------- module arguments
-# What library/dflash_smoke.py and library/dflash_wait.py both take, defined once (their DOCUMENTATION
-# stays per module). Functions, so that each AnsibleModule gets dicts of its own.
-
-
-def target_argument_spec() -> dict:
-    """Which instances a call is about (the list, or a release's manifest narrowed to names), where the
-    records go, the host name for messages."""
-    return {
-        "instances": {"type": "list", "elements": "dict"},
-        "release_dir": {"type": "path"},
-        "names": {"type": "list", "elements": "str"},
-        "record_dir": {"type": "path"},
-        "host": {"type": "str", "default": ""},
-    }
-
-
-def target_constraints() -> dict:
-    """AnsibleModule keyword arguments: exactly one of instances / release_dir."""
-    return {"required_one_of": [("instances", "release_dir")], "mutually_exclusive": [("instances", "release_dir")]}
-
-
-def smoke_argument_spec(timeout_key: str = "timeout") -> dict:
-    """The smoke requests' options; dflash_wait calls the per-request timeout smoke_timeout (its own
-    timeout is the wait's)."""
-    return {
-        "prompt": {"type": "str", "default": FIBONACCI_PROMPT},
-        "max_tokens": {"type": "int", "default": 128},
-        "temperature": {"type": "float", "default": 0.0},
-        timeout_key: {"type": "float", "default": 120.0},
-        "spec_max_new_tokens": {"type": "int", "default": 64},
-    }
-
-
-def gate_argument_spec() -> dict:
-    """The gates' options (both modules): per-instance settings, the host's, the previous release."""
-    return {
-        "gates": {"type": "dict", "default": {}},
-        "gate_defaults": {"type": "dict", "default": {}},
-        "use_gates": {"type": "bool", "default": True},
-        "baseline_release": {"type": "str"},
-    }
-
-
-def gate_options(params: dict, instances) -> tuple:
-    """(gates by instance name or None, context) of a module call. Raises SmokeError naming the
-    instance and field of a bad setting."""
-    if not params.get("use_gates", True):
-        return None, {}
-    host_gates = params.get("gate_defaults") or {}
-    per = params.get("gates") or {}
-    problems = [f"dflash_smoke_gates: {f}: {m}" for f, m in gate_errors(host_gates, "dflash_smoke_gates")]
-    out = {}
-    for item in instances:
-        name = item["name"]
-        mine = per.get(name) or {}
-        problems += [f"instance {name}: {f}: {m}" for f, m in gate_errors(mine)]
-        out[name] = resolve(mine, host_gates, params.get("prompt") or FIBONACCI_PROMPT,
-                            has_flag(item.get("args"), "--reasoning-parser"), params.get("max_tokens") or 128)
-    if problems:
-        raise SmokeError("; ".join(problems))
-    return out, release_context(params.get("release_dir"), params.get("baseline_release"))
-
-
-def smoke_options(params: dict, timeout_key: str = "timeout") -> dict:
-    """The smoke_instance keyword arguments out of the module parameters."""
-    return {"prompt": params["prompt"], "max_tokens": params["max_tokens"], "temperature": params["temperature"],
-            "timeout": params[timeout_key], "spec_max_new_tokens": params["spec_max_new_tokens"]}
-
-
-def target_instances(params: dict) -> list:
-    """The instances of a call: the release manifest's (release_dir, names) or the given list.
-    Raises SmokeError when the manifest cannot be read or lacks a name."""
-    if params.get("release_dir"):
-        return load_manifest_instances(params["release_dir"], params.get("names"))
-    return params.get("instances") or []
-
-
-def check_named(instances) -> None:
-    """Raises SmokeError naming the first instance without a name."""
-    for i, item in enumerate(instances):
-        if not item.get("name"):
-            raise SmokeError(f"instances[{i}]: name is required")
-
-
-# ----------------------------------------------------------------------------- wait
-
-
-def parse_show(text: str) -> dict:
-    """``systemctl show -p A,B unit`` output -> {A: value}; NRestarts as int."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    for key in ("NRestarts", "ExecMainPID", "ExecMainStatus"):
-        if key in out:
-            try:
-                out[key] = int(out[key])
-            except ValueError:
-                out[key] = None
-    return out
-
-
-def judge(show: dict, health: int | None, baseline_restarts: int = 0) -> str:
-    """One poll's verdict: healthy | starting | failed | restarted | exited | missing."""
-    if show.get("LoadState") in ("not-found", "error"):
-        return "missing"
-    active, sub = show.get("ActiveState"), show.get("SubState")
-    if active == "failed":
-        return "failed"
-    if (show.get("NRestarts") or 0) > baseline_restarts or sub == "auto-restart":
-        return "restarted"
-    if active in ("inactive", "deactivating"):
-        return "exited"
-    if active == "active" and health == 200:
-        return "healthy"
-    return "starting"
-
-
-FAILING = ("failed", "restarted", "exited", "missing", "unanswered")
-
-# the log says the server finished its warm-up ("fired up and ready to roll"), yet /health gave no 200 for
-# this long: the health URL does not reach it (host, port, proxy); waiting out the timeout tells nothing more
-READY_GRACE = 60.0
-READY_CHECK_EVERY = 5.0
-
-
-# sglang's /health (and /health_generate) queues a one-token probe request and sleeps a whole second
-# before it looks for the probe's answer (http_server.health_generate, up to 20 s): a healthy server
-# never answers in under 1 s, so a 1 s client timeout reads every healthy answer as none.
-HEALTH_TIMEOUT = 5.0
-
-
-def wait_units(instances, show, health, timeout, interval=0.25, clock=time.monotonic, sleep=time.sleep,
-               baseline_restarts=0, logged_ready=None, ready_since=None, ready_grace=READY_GRACE):
-    """Poll every instance until all are healthy, one fails (returned at once) or time is up.
-
-    ``instances``: [{name, unit, health_url}]; ``show(unit) -> dict`` (parsed systemctl show);
-    ``health(url, timeout) -> status or None``; ``baseline_restarts``: NRestarts that do not count
-    (an int, or {unit: int}; 0 right after a manual restart, which resets the counter).
-    ``logged_ready(inst) -> bool``: whether the instance's log says it finished its warm-up (read every
-    READY_CHECK_EVERY s while /health is not 200); an instance whose log has said so for ``ready_grace`` s
-    without a 200 fails as "unanswered". ``ready_since``: {name: clock()} from an earlier chunk of the same
-    wait. Returns {verdict: healthy|failed|timeout, seconds, failed: [names], instances: {name: {verdict,
-    seconds, show, health, polls, ready_since}}}."""
-    t0 = clock()
-    deadline = t0 + float(timeout)
-    state = {
-        i["name"]: {"verdict": "starting", "seconds": None, "show": {}, "health": None, "polls": 0}
-        for i in instances
-    }
-    pending = [i for i in instances]
-    ready_at = dict(ready_since or {})
-    next_look = {}
-    while True:
-        for inst in list(pending):
-            st = state[inst["name"]]
-            remaining = max(0.05, deadline - clock())
-            sh = show(inst["unit"])
-            code = None
-            if sh.get("ActiveState") in ("active", "activating", "reloading"):
-                # never under 2 s, even at the end of a chunk of the action plugin or of the timeout:
-                # a healthy sglang needs more than 1 s to answer (the wait may overrun by that much)
-                code = health(inst["health_url"], min(HEALTH_TIMEOUT, max(remaining, 2.0)))
-            st.update(show=sh, health=code, polls=st["polls"] + 1)
-            base = (baseline_restarts.get(inst["unit"], 0) if isinstance(baseline_restarts, dict)
-                    else baseline_restarts)
-            verdict = judge(sh, code, base)
-            if verdict == "starting" and logged_ready:
-                now = clock()
-                if inst["name"] not in ready_at and now >= next_look.get(inst["name"], 0.0):
-                    next_look[inst["name"]] = now + READY_CHECK_EVERY
-                    if logged_ready(inst):
-                        ready_at[inst["name"]] = now
-                if inst["name"] in ready_at:
-                    st["ready_since"] = ready_at[inst["name"]]
-                    if now - ready_at[inst["name"]] >= ready_grace:
-                        verdict = "unanswered"
-            if verdict != "starting":
-                st["verdict"] = verdict
-                st["seconds"] = round(clock() - t0, 3)
-                pending.remove(inst)
-                if verdict in FAILING:
-                    return _wait_result(state, "failed", clock() - t0)
-        if not pending:
-            return _wait_result(state, "healthy", clock() - t0)
-        if clock() >= deadline:
-            for inst in pending:
-                state[inst["name"]]["verdict"] = "timeout"
-                state[inst["name"]]["seconds"] = round(clock() - t0, 3)
-            return _wait_result(state, "timeout", clock() - t0)
-        sleep(max(0.0, min(interval, deadline - clock())))
-
-
-def _wait_result(state, verdict, seconds):
-    failed = sorted(n for n, s in state.items() if s["verdict"] in FAILING + ("timeout",))
-    return {"verdict": verdict, "seconds": round(seconds, 3), "failed": failed, "instances": state}
-
-
-def describe_failure(name, st, diagnosis=None) -> str:
-    sh = st.get("show") or {}
-    what = {
-        "failed": "the unit failed",
-        "restarted": "systemd restarted the unit (it crashed)",
-        "exited": "the server exited",
-        "missing": "the unit does not exist",
-        "timeout": "not healthy before the timeout (hang)",
-        "unanswered": (f"its log says it is up and ready, but /health gave no 200 for {READY_GRACE:g} s after "
-                       "that (no answer: the health URL does not reach it, or it stopped answering; 503: sglang "
-                       "finds it unhealthy)"),
-    }.get(st.get("verdict"), st.get("verdict"))
-    msg = (
-        f"instance {name}: {what} after {st.get('seconds')} s "
-        f"(ActiveState={sh.get('ActiveState')}, SubState={sh.get('SubState')}, "
-        f"NRestarts={sh.get('NRestarts')}, ExecMainStatus={sh.get('ExecMainStatus')}, "
-        f"/health={st.get('health')})"
-    )
-    if diagnosis:
-        msg += f"; cause={diagnosis.get('cause')}: {diagnosis.get('summary')}"
-        if diagnosis.get("remedy"):
-            msg += f"; remedy: {diagnosis['remedy']}"
-        if st.get("verdict") == "timeout" and "the server reported ready" in str(diagnosis.get("summary")):
-            msg += (f"; the log says the server is up but /health gave no 200 within {HEALTH_TIMEOUT:g} s a poll: "
-                    "check that the health URL (host, port, API key, proxy) reaches this server")
-    return msg
-
-
-def journal_argv(unit: str, since_epoch: float, lines: int = 5000) -> list:
-    return ["journalctl", "-u", unit, "--since", f"@{int(since_epoch)}", "--no-pager", "-o", "cat",
-            "-n", str(int(lines))]
-
-
-def journal_tail(module, journalctl, unit, since, lines=400):
-    """The unit's journal since `since` (its tail), through an AnsibleModule; "" without journalctl."""
-    if not journalctl:
-        return ""
-    _rc, out, _err = module.run_command(journal_argv(unit, since, lines))
-    return out
 
 
 # ----------------------------------------------------------------------------- HTTP
@@ -410,11 +93,6 @@ def http_json(method, url, body=None, timeout=30.0, headers=None):
         return status, json.loads(text)
     except ValueError:
         return status, text
-
-
-def health_status(url, timeout=HEALTH_TIMEOUT):
-    """HTTP status of GET url, None when nothing answers in time."""
-    return _health(url, timeout)
 
 
 # ----------------------------------------------------------------------------- smoke

@@ -1,11 +1,11 @@
-"""Run rendered systemd service units on hosts without systemd (GPU containers often lack it).
+"""The runner backend: rendered systemd service units run on hosts without systemd (GPU containers often lack it).
 
 Does what systemd does for our instance units, no more: [Service] EnvironmentFile= (a leading '-'
 makes it optional), Environment=, WorkingDirectory=, ExecStart= with $VAR (split into words) and
 ${VAR} (one word) expanded as systemd does; the process starts in its own session with stdout and
 stderr appended to a log file, its pid in a pidfile. Hardening, User= and Restart= are NOT emulated.
-Pure functions plus small process helpers; no Ansible import (modules and scripts/unit_runner.py
-use it).
+Pure functions plus small process helpers; no Ansible import (library/dflash_service.py, the activation, the wait,
+the router and scripts/unit_runner.py use it, through ``Runner``, the service interface of ``systemd.Systemd``).
 """
 
 import os
@@ -132,8 +132,6 @@ def resolve(unit_text, base_env=None, unit_name=""):
     return {"argv": expand_exec(execs[0], env), "env": env, "workdir": workdir, "directories": dirs}
 
 
-
-
 def start(unit_path, log_path, pidfile, base_env=None):
     """Start the unit's ExecStart in a new session; append output to log_path; return the pid."""
     for d in (os.path.dirname(os.path.abspath(log_path)), os.path.dirname(os.path.abspath(pidfile))):
@@ -244,60 +242,26 @@ def log_since_last_start(text):
     return text if i < 0 else text[i:]
 
 
-def unit_of_pid(pid, run_dir="/run/dflash", proc="/proc"):
-    """The runner-managed unit a process belongs to (its process group is the unit's), or None.
-    Hosts without systemd have no cgroup naming the unit: this is how our own servers are told
-    apart from foreign processes there."""
+def log_tail(log, max_bytes=256 * 1024):
+    """The last ``max_bytes`` of a log file ("" when it cannot be read)."""
     try:
-        with open(os.path.join(proc, str(pid), "stat"), encoding="utf-8") as fh:
-            pgid = int(fh.read().rsplit(")", 1)[-1].split()[2])
-        names = os.listdir(run_dir)
-    except (OSError, ValueError, IndexError):
-        return None
-    for name in names:
-        if name.endswith(".pid") and read_pid(os.path.join(run_dir, name)) == pgid:
-            return name[:-4]
-    return None
-
-
-def unit_from_cgroup(text):
-    """The systemd unit (service or scope) named by /proc/<pid>/cgroup text (v1 or v2), or None.
-    The last line that names one wins (systemd's own hierarchy, name=systemd or 0::, comes last);
-    within it the deepest .service/.scope path segment."""
-    for line in reversed(text.splitlines()):
-        path = line.split(":", 2)[-1]
-        for seg in reversed(path.split("/")):
-            if seg.endswith((".service", ".scope")):
-                return seg
-    return None
-
-
-def process_unit(pid, proc="/proc", run_dir="/run/dflash"):
-    """The unit a process runs in: a dflash-* unit from its cgroup; else, on hosts without
-    systemd, the runner-managed unit whose process group it is in; else the cgroup's unit or None.
-    The one answer for the fingerprint stage (GPU processes) and the instances stage (port owners)."""
-    try:
-        with open(os.path.join(proc, str(pid), "cgroup"), encoding="utf-8", errors="replace") as fh:
-            unit = unit_from_cgroup(fh.read())
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            fh.seek(max(0, os.path.getsize(log) - max_bytes))
+            return fh.read()
     except OSError:
-        unit = None
-    if unit and unit.startswith("dflash-"):
-        return unit
-    return unit_of_pid(pid, run_dir=run_dir, proc=proc) or unit
+        return ""
 
 
-def default_service_manager(facts):
-    """dflash_service_manager's default from the host's facts: systemd where the host runs it
-    (ansible_facts.service_mgr; facts not gathered count as systemd), else this runner."""
-    return "systemd" if (facts or {}).get("service_mgr", "systemd") == "systemd" else "runner"
+class Runner:
+    """The runner's units as a service manager (hosts without systemd, dflash_service_manager=runner), with the
+    interface of ``systemd.Systemd``: <unit_dir>/<unit> rendered as for systemd, its log <log_dir>/<unit>.log
+    (the journal's stand-in), its pidfile <run_dir>/<unit>.pid. Nothing to reload or enable: there is no boot
+    to start units at; User=, sandboxing and Restart= are not applied (NOT_EMULATED)."""
 
+    name = "runner"
+    log_lags = False  # the log file is written by the process itself: complete when it is gone
 
-class RunnerUnits:
-    """The runner's units as a service manager (hosts without systemd, dflash_service_manager=runner):
-    <unit_dir>/<unit> rendered as for systemd, its log <log_dir>/<unit>.log (the journal's stand-in),
-    its pidfile <run_dir>/<unit>.pid. Used by dflash_wait (instances) and dflash_router (the router)."""
-
-    def __init__(self, unit_dir, log_dir="/var/log/dflash", run_dir="/run/dflash"):
+    def __init__(self, unit_dir="/etc/systemd/system", log_dir="/var/log/dflash", run_dir="/run/dflash"):
         self.unit_dir, self.log_dir, self.run_dir = unit_dir, log_dir, run_dir
 
     def paths(self, unit):
@@ -305,29 +269,67 @@ class RunnerUnits:
         return (os.path.join(self.unit_dir, unit), os.path.join(self.log_dir, unit + ".log"),
                 os.path.join(self.run_dir, unit + ".pid"))
 
-    def restart(self, units):
+    def reload(self):
+        pass
+
+    def enable(self, units):
+        pass
+
+    def disable(self, units):
+        pass
+
+    def reset_failed(self, units):
+        pass
+
+    def stop(self, units):
+        for unit in units or []:
+            stop(self.paths(unit)[2])
+
+    def _start(self, units, restart):
         errors = []
-        for unit in units:
+        for unit in units or []:
             path, log, pidfile = self.paths(unit)
-            stop(pidfile)
+            if restart:
+                stop(pidfile)
+            elif alive(read_pid(pidfile)):
+                continue
             try:
                 start(path, log, pidfile)
             except (OSError, ValueError, KeyError) as exc:
                 errors.append(f"{unit}: {exc}")
         return {"rc": 1 if errors else 0, "stderr": "; ".join(errors), "backend": "runner"}
 
-    def show(self, unit):
+    def start(self, units) -> dict:
+        """Start the units not running."""
+        return self._start(units, restart=False)
+
+    def restart(self, units) -> dict:
+        return self._start(units, restart=True)
+
+    def state(self, unit) -> dict:
+        """``show`` of its pidfile; LoadState ``not-found`` without its unit file."""
         path, _log, pidfile = self.paths(unit)
         if not os.path.exists(path):
             return {"LoadState": "not-found"}
         return show(pidfile)
 
-    def log_text(self, unit, max_bytes=256 * 1024):
-        """The log since the last start (its tail)."""
-        _path, log, _pid = self.paths(unit)
-        try:
-            with open(log, encoding="utf-8", errors="replace") as fh:
-                fh.seek(max(0, os.path.getsize(log) - max_bytes))
-                return log_since_last_start(fh.read())
-        except OSError:
-            return ""
+    def is_active(self, unit) -> bool:
+        """Its process runs (whether or not its unit file is still there)."""
+        return show(self.paths(unit)[2]).get("ActiveState") == "active"
+
+    def is_enabled(self, unit) -> bool:
+        return False
+
+    def logs(self, unit, since=None, lines=5000, max_bytes=256 * 1024) -> str:
+        """Its log file, newest ``lines`` lines of the last ``max_bytes``; with ``since`` only what its last start
+        wrote (the restart a caller waits on came after ``since``)."""
+        text = log_tail(self.paths(unit)[1], max_bytes)
+        if since is not None:
+            text = log_since_last_start(text)
+        return "\n".join(text.splitlines()[-int(lines):]) + ("\n" if text.endswith("\n") else "")
+
+    def has_logs(self) -> bool:
+        return True
+
+    def log_source(self, unit) -> str:
+        return self.paths(unit)[1]

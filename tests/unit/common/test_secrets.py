@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.dflash_common import secrets as sec
-from ansible.module_utils.dflash_release import manifest, ops, smoke
+from ansible.module_utils.dflash_release import manifest, ops, smoke, target
 from test_standin import BASE_ARGS, SPEC_ARGS, Server, http
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -168,6 +168,6 @@ def test_smoke_reads_the_key_from_the_release_env_file(tmp_path):
     (tmp_path / "instances").mkdir()
     (tmp_path / "manifest.json").write_text(json.dumps({"id": "r", "instances": {"a": {"args": ["--port", "1"]}}}))
     (tmp_path / "instances" / "a.env").write_text(f'DFLASH_API_KEY="{KEY}"\nHF_TOKEN="hf_1"\nDFLASH_ARGS="--port 1"\n')
-    (item,) = smoke.load_manifest_instances(str(tmp_path))
+    (item,) = target.load_manifest_instances(str(tmp_path))
     assert item["api_key"] == KEY and item["secrets"] == sorted([KEY, "hf_1"])
     assert smoke.instance_secret_values([item]) == {KEY, "hf_1"}

@@ -11,7 +11,7 @@ from ansible.module_utils.dflash_instances import fields as di_fields
 from ansible.module_utils.dflash_instances import flags as di_flags
 from ansible.module_utils.dflash_instances import host as di_host
 from ansible.module_utils.dflash_instances import validate as di_validate
-from ansible.module_utils.dflash_service.runner import unit_from_cgroup
+from ansible.module_utils.dflash_service.process import unit_from_cgroup
 from test_rules import CT129, CT200, PROBE_SEED_CT200, RULES
 
 ROOT = Path(__file__).resolve().parents[3]

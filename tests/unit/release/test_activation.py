@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.dflash_release import activation
+from ansible.module_utils.dflash_release import activation, journal
 
 RID_OLD = "20260101T000000-aaaaaaaa"
 RID_NEW = "20260102T000000-bbbbbbbb"
@@ -76,7 +76,7 @@ def host(tmp_path):
 
 
 def start(h, restart_all=False, remove=()):
-    prev = activation.read_manifest(h["prefix"], activation.current_target(h["prefix"]))
+    prev = journal.read_manifest(h["prefix"], journal.current_target(h["prefix"]))
     p = activation.plan(h["prefix"], RID_NEW, ["new", "keep"], h["staged"], ["new"], ["new"], restart_all, list(remove), prev)
     return p, activation.begin(h["prefix"], RID_NEW, p, h["backend"], host="ct200", controller="me@box", boot="boot-1")
 
@@ -87,19 +87,19 @@ def test_plan_restarts_changed_units_and_stops_the_instance_whose_port_is_taken(
     assert p["stop_first"] == [{"instance": "old", "unit": "dflash-old.service", "port": 30001, "for": "new"}]
     assert [u["change"] for u in p["units"]] == ["new", "update"]
     # begin changes nothing that serves: same current, same unit files, the backup and the journal only
-    assert activation.current_target(host["prefix"]) == RID_OLD
+    assert journal.current_target(host["prefix"]) == RID_OLD
     assert (host["units"] / "dflash-keep.service").read_text().endswith("v1\n")
     assert not (host["units"] / "dflash-new.service").exists()
-    journal = activation.read_journal(host["prefix"])
-    assert journal["state"] == "begun" and journal["previous"] == RID_OLD and journal["boot_id"] == "boot-1"
-    assert oct(os.stat(activation.journal_path(host["prefix"])).st_mode & 0o777) == "0o600"
-    assert journal["active_before"] == {"keep": True, "new": False, "old": True}
+    jr = journal.read_journal(host["prefix"])
+    assert jr["state"] == "begun" and jr["previous"] == RID_OLD and jr["boot_id"] == "boot-1"
+    assert oct(os.stat(journal.journal_path(host["prefix"])).st_mode & 0o777) == "0o600"
+    assert jr["active_before"] == {"keep": True, "new": False, "old": True}
     assert host["backend"].calls == []
 
 
 def test_a_second_begin_is_refused_while_one_is_unfinished(host):
     start(host)
-    with pytest.raises(activation.ActivationError, match="unfinished"):
+    with pytest.raises(journal.ActivationError, match="unfinished"):
         start(host)
 
 
@@ -109,13 +109,13 @@ def test_full_transaction_then_commit(host):
     assert (host["units"] / "dflash-new.service").read_text().endswith("v2\n")
     assert ("enable", ("dflash-new.service", "dflash-keep.service")) in host["backend"].calls
     activation.switch(host["prefix"], RID_NEW, host["backend"])
-    assert activation.current_target(host["prefix"]) == RID_NEW
+    assert journal.current_target(host["prefix"]) == RID_NEW
     assert ("stop", ("dflash-old.service",)) in host["backend"].calls
-    assert activation.decide(activation.read_journal(host["prefix"]), {}) == "revert"  # not proven yet
+    assert journal.decide(journal.read_journal(host["prefix"]), {}) == "revert"  # not proven yet
     activation.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "cache"))
-    assert activation.read_journal(host["prefix"]) is None
+    assert journal.read_journal(host["prefix"]) is None
     assert not (host["units"] / "dflash-old.service").exists()
-    assert not os.path.exists(os.path.join(host["prefix"], activation.BACKUPS))
+    assert not os.path.exists(os.path.join(host["prefix"], journal.BACKUPS))
 
 
 def test_revert_after_switch_puts_back_exactly_what_was(host):
@@ -125,18 +125,18 @@ def test_revert_after_switch_puts_back_exactly_what_was(host):
     activation.switch(host["prefix"], RID_NEW, host["backend"])
     host["backend"].active |= {"dflash-new.service"}  # the smoke test started it
     out = activation.revert(host["prefix"], host["backend"])
-    assert activation.current_target(host["prefix"]) == RID_OLD
+    assert journal.current_target(host["prefix"]) == RID_OLD
     assert {p.name: p.read_text() for p in host["units"].iterdir()} == before
     # old ran before and was stopped for its port, keep's unit changed: both restarted; new stopped
     assert out["restart"] == ["keep", "old"] and out["stopped"] == ["new"]
     assert "dflash-new.service" not in host["backend"].active
     assert ("enable", ("dflash-keep.service",)) in host["backend"].calls
-    assert activation.read_journal(host["prefix"])["state"] == "reverting"
+    assert journal.read_journal(host["prefix"])["state"] == "reverting"
     # an interrupted revert is simply done again
     again = activation.revert(host["prefix"], host["backend"])
     assert again["restart"] == ["keep", "old"] and again["restored_units"] == []
     activation.finish(host["prefix"])
-    assert activation.read_journal(host["prefix"]) is None
+    assert journal.read_journal(host["prefix"]) is None
 
 
 def test_revert_leaves_stopped_what_did_not_run_before(host):
@@ -163,46 +163,46 @@ def test_first_deploy_revert_removes_current(tmp_path):
     activation.switch(str(prefix), RID_NEW, b)
     out = activation.revert(str(prefix), b)
     assert out["restart"] == [] and out["stopped"] == ["new"]
-    assert activation.current_target(str(prefix)) is None and not (units / "dflash-new.service").exists()
+    assert journal.current_target(str(prefix)) is None and not (units / "dflash-new.service").exists()
     assert ("disable", ("dflash-new.service",)) in b.calls
 
 
 def test_unchanged_rerun_writes_no_journal(host):
-    activation.point_current(host["prefix"], RID_NEW)
+    journal.point_current(host["prefix"], RID_NEW)
     for u in host["staged"]:
         with open(u["src"]) as src, open(u["dest"], "w") as dst:
             dst.write(src.read())
     host["backend"].active = {"dflash-new.service", "dflash-keep.service"}
     p = activation.plan(host["prefix"], RID_NEW, ["new", "keep"], host["staged"], [], [], False, [],
-               activation.read_manifest(host["prefix"], RID_NEW))
+               journal.read_manifest(host["prefix"], RID_NEW))
     j = activation.begin(host["prefix"], RID_NEW, p, host["backend"])
-    assert j["noop"] and activation.read_journal(host["prefix"]) is None
+    assert j["noop"] and journal.read_journal(host["prefix"]) is None
 
 
 def test_decide_commit_only_when_proven_after_the_journal(host):
     start(host)
     activation.install(host["prefix"], RID_NEW, host["backend"])
     activation.switch(host["prefix"], RID_NEW, host["backend"])
-    j = activation.read_journal(host["prefix"])
-    assert activation.decide(j, {"status": "healthy", "at": "2000-01-01T00:00:00.000000Z"}) == "revert"
-    assert activation.decide(j, {"status": "failed", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
-    assert activation.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "commit"
-    assert activation.decide(None, {}) == "none"
+    j = journal.read_journal(host["prefix"])
+    assert journal.decide(j, {"status": "healthy", "at": "2000-01-01T00:00:00.000000Z"}) == "revert"
+    assert journal.decide(j, {"status": "failed", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
+    assert journal.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "commit"
+    assert journal.decide(None, {}) == "none"
     j["state"] = "units"
-    assert activation.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
+    assert journal.decide(j, {"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}) == "revert"
 
 
 def test_boot_guard_reverts_an_unproven_activation_of_an_earlier_boot(host):
     start(host)
     activation.install(host["prefix"], RID_NEW, host["backend"])
     activation.switch(host["prefix"], RID_NEW, host["backend"])
-    assert "same boot" in activation.boot_guard(host["prefix"], host["backend"], boot="boot-1")
-    assert activation.current_target(host["prefix"]) == RID_NEW
-    said = activation.boot_guard(host["prefix"], host["backend"], boot="boot-2")
-    assert "reverted at boot" in said and activation.current_target(host["prefix"]) == RID_OLD
+    assert "same boot" in journal.boot_guard(host["prefix"], host["backend"], boot="boot-1")
+    assert journal.current_target(host["prefix"]) == RID_NEW
+    said = journal.boot_guard(host["prefix"], host["backend"], boot="boot-2")
+    assert "reverted at boot" in said and journal.current_target(host["prefix"]) == RID_OLD
     assert not (host["units"] / "dflash-new.service").exists()
-    assert activation.read_journal(host["prefix"])["state"] == "reverted-at-boot"
-    assert "already reverted" in activation.boot_guard(host["prefix"], host["backend"], boot="boot-3")
+    assert journal.read_journal(host["prefix"])["state"] == "reverted-at-boot"
+    assert "already reverted" in journal.boot_guard(host["prefix"], host["backend"], boot="boot-3")
     # the next run finishes it: restart what ran before, then the journal goes
     assert activation.revert(host["prefix"], host["backend"])["restart"] == ["keep", "old"]
 
@@ -213,30 +213,30 @@ def test_boot_id_tells_a_restarted_container_apart(tmp_path):
     kernel.write_text("6891950c-1618-441b-a8f5-0027604af2a3\n")
     init = tmp_path / "stat"
     init.write_text("1 (systemd) S 0 1 1 0 -1 4194560 " + " ".join(["0"] * 12) + " 2951234 123 0\n")
-    first = activation.boot_id(str(kernel), str(init))
+    first = journal.boot_id(str(kernel), str(init))
     assert first == "6891950c-1618-441b-a8f5-0027604af2a3/2951234"
     init.write_text("1 (init (x)) S 0 1 1 0 -1 4194560 " + " ".join(["0"] * 12) + " 3100000 123 0\n")
-    second = activation.boot_id(str(kernel), str(init))
-    assert second.endswith("/3100000") and not activation.same_boot(first, second)
-    assert activation.same_boot(first, first)
+    second = journal.boot_id(str(kernel), str(init))
+    assert second.endswith("/3100000") and not journal.same_boot(first, second)
+    assert journal.same_boot(first, first)
     # no readable init (another /proc): the kernel's id alone; a journal of an older version (kernel id
     # only) is compared on that part
-    assert activation.boot_id(str(kernel), str(tmp_path / "none")) == "6891950c-1618-441b-a8f5-0027604af2a3"
-    assert activation.same_boot("6891950c-1618-441b-a8f5-0027604af2a3", second)
-    assert not activation.same_boot("other", second) and not activation.same_boot(None, second)
-    assert activation.boot_id(str(tmp_path / "none")) is None
+    assert journal.boot_id(str(kernel), str(tmp_path / "none")) == "6891950c-1618-441b-a8f5-0027604af2a3"
+    assert journal.same_boot("6891950c-1618-441b-a8f5-0027604af2a3", second)
+    assert not journal.same_boot("other", second) and not journal.same_boot(None, second)
+    assert journal.boot_id(str(tmp_path / "none")) is None
 
 
 def test_boot_guard_reverts_after_a_container_restart(host):
     start(host)
     activation.install(host["prefix"], RID_NEW, host["backend"])
     activation.switch(host["prefix"], RID_NEW, host["backend"])
-    j = activation.read_journal(host["prefix"])
+    j = journal.read_journal(host["prefix"])
     j["boot_id"] = "kernel-1/2951234"
-    activation.write_journal(host["prefix"], j)
-    assert "same boot" in activation.boot_guard(host["prefix"], host["backend"], boot="kernel-1/2951234")
-    said = activation.boot_guard(host["prefix"], host["backend"], boot="kernel-1/3100000")
-    assert "reverted at boot" in said and activation.current_target(host["prefix"]) == RID_OLD
+    journal.write_journal(host["prefix"], j)
+    assert "same boot" in journal.boot_guard(host["prefix"], host["backend"], boot="kernel-1/2951234")
+    said = journal.boot_guard(host["prefix"], host["backend"], boot="kernel-1/3100000")
+    assert "reverted at boot" in said and journal.current_target(host["prefix"]) == RID_OLD
 
 
 def test_boot_guard_leaves_a_proven_release(host):
@@ -245,8 +245,8 @@ def test_boot_guard_leaves_a_proven_release(host):
     activation.switch(host["prefix"], RID_NEW, host["backend"])
     with open(os.path.join(host["prefix"], "releases", RID_NEW, "status.json"), "w") as fh:
         fh.write(json.dumps({"status": "healthy", "at": "2999-01-01T00:00:00.000000Z"}))
-    assert "passed the smoke test" in activation.boot_guard(host["prefix"], host["backend"], boot="boot-2")
-    assert activation.current_target(host["prefix"]) == RID_NEW
+    assert "passed the smoke test" in journal.boot_guard(host["prefix"], host["backend"], boot="boot-2")
+    assert journal.current_target(host["prefix"]) == RID_NEW
 
 
 def test_serving_checks_units_and_health(host):
@@ -258,56 +258,31 @@ def test_serving_checks_units_and_health(host):
 
 
 def test_steps_refuse_without_a_journal(host):
-    with pytest.raises(activation.ActivationError, match="no activation of"):
+    with pytest.raises(journal.ActivationError, match="no activation of"):
         activation.install(host["prefix"], RID_NEW, host["backend"])
     assert activation.revert(host["prefix"], host["backend"])["changed"] is False
 
 
 def test_unreadable_journal_says_what_to_do(host):
-    with open(activation.journal_path(host["prefix"]), "w") as fh:
+    with open(journal.journal_path(host["prefix"]), "w") as fh:
         fh.write("{half")
-    with pytest.raises(activation.ActivationError, match="interrupted while writing"):
-        activation.read_journal(host["prefix"])
+    with pytest.raises(journal.ActivationError, match="interrupted while writing"):
+        journal.read_journal(host["prefix"])
 
 
 def test_guard_main_without_journal(host, capsys):
-    assert activation.main(["boot-guard", "--prefix", host["prefix"]]) == 0
+    assert journal.main(["boot-guard", "--prefix", host["prefix"]]) == 0
     assert "no unfinished activation" in capsys.readouterr().out
-
-
-def test_runner_backend_for_hosts_without_systemd(tmp_path):
-    stopped = []
-    show = {str(tmp_path / "dflash-a.service.pid"): {"ActiveState": "active"}}
-    r = activation.Runner(str(tmp_path), stop=stopped.append, show=lambda pid: show.get(pid, {"ActiveState": "inactive"}))
-    assert r.is_active("dflash-a.service") and not r.is_active("dflash-b.service")
-    r.stop(["dflash-a.service"])
-    r.reload()
-    r.enable(["x"])
-    assert stopped == [str(tmp_path / "dflash-a.service.pid")] and not r.is_enabled("dflash-a.service")
-
-
-def test_systemd_backend_commands():
-    calls = []
-
-    def run(argv):
-        calls.append(argv)
-        return 0, "active\n" if argv[1] == "is-active" else "disabled\n", ""
-
-    s = activation.Systemd(run, no_block=True)
-    assert s.is_active("u") and not s.is_enabled("u")
-    s.stop(["u"])
-    s.stop([])
-    assert calls[-1] == ["systemctl", "stop", "--no-block", "--", "u"]
 
 
 def test_a_started_commit_is_finished_never_reverted(host):
     start(host, remove=[{"instance": "old", "unit": "dflash-old.service", "stage_unit": False, "cache": True}])
     activation.install(host["prefix"], RID_NEW, host["backend"])
     activation.switch(host["prefix"], RID_NEW, host["backend"])
-    j = activation.read_journal(host["prefix"])
-    activation.write_journal(host["prefix"], j, "committing")  # as commit() does before its removals
-    assert activation.decide(activation.read_journal(host["prefix"]), {}) == "commit"
-    with pytest.raises(activation.ActivationError, match="not reverted; run the play again"):
+    j = journal.read_journal(host["prefix"])
+    journal.write_journal(host["prefix"], j, "committing")  # as commit() does before its removals
+    assert journal.decide(journal.read_journal(host["prefix"]), {}) == "commit"
+    with pytest.raises(journal.ActivationError, match="not reverted; run the play again"):
         activation.revert(host["prefix"], host["backend"])
     activation.commit(host["prefix"], RID_NEW, host["backend"], str(host["units"]), cache_root=str(host["units"] / "c"))
-    assert activation.read_journal(host["prefix"]) is None and activation.current_target(host["prefix"]) == RID_NEW
+    assert journal.read_journal(host["prefix"]) is None and journal.current_target(host["prefix"]) == RID_NEW

@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from ansible.module_utils.dflash_release import activation, envfile, manifest, ops, order, store
+from ansible.module_utils.dflash_release import envfile, journal, manifest, ops, order, store
 
 FP = {
     "gpu_count": 1,
@@ -160,7 +160,7 @@ def test_activate_is_atomic_relative_and_idempotent(tmp_path):
     assert not ops.activate(prefix, res["id"])["changed"]
     with pytest.raises(manifest.ReleaseError, match="not found"):
         ops.activate(prefix, "20260101T000000-deadbeef")
-    assert ops.deactivate(prefix)["changed"] and activation.current_target(prefix) is None
+    assert ops.deactivate(prefix)["changed"] and journal.current_target(prefix) is None
 
 
 def test_reused_release_with_drifted_env_file_is_repaired(tmp_path):
@@ -282,8 +282,8 @@ def test_rollback_plans_and_switches_in_one_step(tmp_path):
     ]
     ops.activate(prefix, ids[1])
     dry = ops.rollback(prefix, check_mode=True)
-    assert dry["changed"] and dry["target"] == ids[0] and activation.current_target(prefix) == ids[1]
+    assert dry["changed"] and dry["target"] == ids[0] and journal.current_target(prefix) == ids[1]
     assert dry["lines"][1].endswith("<- current")
     done = ops.rollback(prefix)
-    assert done["changed"] and activation.current_target(prefix) == ids[0] and done["changed_instances"] == ["main"]
+    assert done["changed"] and journal.current_target(prefix) == ids[0] and done["changed_instances"] == ["main"]
     assert not ops.rollback(prefix, ids[0])["changed"]

@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from ansible.module_utils.dflash_release import activation, ops
+from ansible.module_utils.dflash_release import journal, ops
 
 LAYERS = [{"name": "lab", "path": "/opt/dflash/layers/lab-1", "hash": "1", "parent": None, "python": "/usr/bin/python3"}]
 CUR = {"id": "r1", "instances": {"old": {"args": ["--port", "30001"]}, "keep": {"args": ["--port", "30002"]}}}
@@ -77,7 +77,7 @@ def test_ansible_temp_dirs_of_an_earlier_boot(tmp_path):
     booted = time.time() - 60
     os.utime(old, (booted - 3600, booted - 3600))
     os.utime(other, (booted - 3600, booted - 3600))
-    assert activation.sweep_before_boot(str(tmp_path), booted) == [str(old)]
+    assert journal.sweep_before_boot(str(tmp_path), booted) == [str(old)]
     assert new.exists() and other.exists()
-    assert activation.sweep_before_boot(str(tmp_path), None) == []
-    assert activation.boot_time() is None or activation.boot_time() < time.time()
+    assert journal.sweep_before_boot(str(tmp_path), None) == []
+    assert journal.boot_time() is None or journal.boot_time() < time.time()

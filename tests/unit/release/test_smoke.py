@@ -11,6 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils.dflash_release import smoke as s
+from ansible.module_utils.dflash_release import target as rtarget
+from ansible.module_utils.dflash_release import wait as rwait
+from ansible.module_utils.dflash_service import systemd
 
 # `systemctl show -p LoadState,ActiveState,SubState,Result,NRestarts,ExecMainPID,ExecMainStatus,
 # ExecMainCode dflash-main.service` on systemd 252 (Debian 12) for a unit whose python exited 1
@@ -26,18 +29,18 @@ ExecMainCode=1
 
 
 def test_parse_show_and_judge():
-    sh = s.parse_show(SHOW_FAILED)
+    sh = systemd.parse_show(SHOW_FAILED)
     assert sh["NRestarts"] == 0 and sh["ExecMainStatus"] == 1 and sh["ActiveState"] == "failed"
-    assert s.judge(sh, None) == "failed"
+    assert rwait.judge(sh, None) == "failed"
     up = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
-    assert s.judge(up, 200) == "healthy"
-    assert s.judge(up, 503) == "starting"
-    assert s.judge(up, None) == "starting"
-    assert s.judge(dict(up, NRestarts=1), 200) == "restarted"
-    assert s.judge(dict(up, NRestarts=3), 200, baseline_restarts=3) == "healthy"
-    assert s.judge({"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": 0}, None) == "restarted"
-    assert s.judge({"ActiveState": "inactive", "SubState": "dead"}, None) == "exited"
-    assert s.judge({"LoadState": "not-found", "ActiveState": "inactive"}, None) == "missing"
+    assert rwait.judge(up, 200) == "healthy"
+    assert rwait.judge(up, 503) == "starting"
+    assert rwait.judge(up, None) == "starting"
+    assert rwait.judge(dict(up, NRestarts=1), 200) == "restarted"
+    assert rwait.judge(dict(up, NRestarts=3), 200, baseline_restarts=3) == "healthy"
+    assert rwait.judge({"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": 0}, None) == "restarted"
+    assert rwait.judge({"ActiveState": "inactive", "SubState": "dead"}, None) == "exited"
+    assert rwait.judge({"LoadState": "not-found", "ActiveState": "inactive"}, None) == "missing"
 
 
 class FakeTime:
@@ -73,7 +76,7 @@ def test_wait_fails_fast_on_crash_while_other_instance_still_starts():
                                                   "SubState": "auto-restart", "NRestarts": 1})],
     }
     pick = scripted(tl)
-    res = s.wait_units(
+    res = rwait.wait_units(
         [{"name": "a", "unit": "dflash-a.service", "health_url": "A"},
          {"name": "b", "unit": "dflash-b.service", "health_url": "B"}],
         show=lambda u: pick(u, ft.t), health=lambda url, to: None, timeout=600, interval=0.25,
@@ -89,20 +92,20 @@ def test_wait_healthy_lag_is_one_interval_and_timeout_reports_hang():
     ft = FakeTime()
     running = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
     inst = [{"name": "a", "unit": "u", "health_url": "A"}]
-    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: 200 if ft.t >= 5.0 else None,
+    res = rwait.wait_units(inst, show=lambda u: running, health=lambda url, to: 200 if ft.t >= 5.0 else None,
                        timeout=60, interval=0.25, clock=ft.clock, sleep=ft.sleep)
     assert res["verdict"] == "healthy" and 5.0 <= res["instances"]["a"]["seconds"] <= 5.25
     ft.t = 0.0
-    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=3, interval=0.5,
+    res = rwait.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=3, interval=0.5,
                        clock=ft.clock, sleep=ft.sleep)
     assert res["verdict"] == "timeout" and res["failed"] == ["a"]
     assert 3.0 <= res["seconds"] < 3.6
-    assert "hang" in s.describe_failure("a", res["instances"]["a"])
+    assert "hang" in rwait.describe_failure("a", res["instances"]["a"])
 
 
 def test_describe_failure_carries_diagnosis():
-    st = {"verdict": "failed", "seconds": 1.2, "show": s.parse_show(SHOW_FAILED), "health": None}
-    msg = s.describe_failure("main", st, {"cause": "missing_module", "summary": "No module named 'soundfile'",
+    st = {"verdict": "failed", "seconds": 1.2, "show": systemd.parse_show(SHOW_FAILED), "health": None}
+    msg = rwait.describe_failure("main", st, {"cause": "missing_module", "summary": "No module named 'soundfile'",
                                           "remedy": "add soundfile to the layer"})
     assert "instance main: the unit failed after 1.2 s" in msg
     assert "cause=missing_module" in msg and "remedy: add soundfile" in msg
@@ -115,7 +118,7 @@ def test_args_helpers():
     assert s.endpoint([]) == "http://127.0.0.1:30000"
     assert s.expected_algorithm(args) == "DDTREE"
     assert s.expected_algorithm(["--port", "1"]) is None
-    assert s.journal_argv("dflash-a.service", 1700000000.7)[:5] == [
+    assert systemd.journal_argv("dflash-a.service", 1700000000.7)[:5] == [
         "journalctl", "-u", "dflash-a.service", "--since", "@1700000000"]
 
 
@@ -217,22 +220,22 @@ def test_wait_gives_sglangs_health_probe_more_than_a_second():
         seen.append(to)
         return 200 if to > 1.05 else None
 
-    res = s.wait_units(inst, show=lambda u: running, health=sglang_health, timeout=60, interval=0.25,
+    res = rwait.wait_units(inst, show=lambda u: running, health=sglang_health, timeout=60, interval=0.25,
                        clock=ft.clock, sleep=ft.sleep)
     assert res["verdict"] == "healthy" and seen[0] >= 2.0
     # at the end of a short chunk (the action plugin's, 1-20 s) the probe still gets 2 s
     seen.clear()
     ft.t = 0.0
-    res = s.wait_units(inst, show=lambda u: running, health=sglang_health, timeout=0.5, clock=ft.clock,
+    res = rwait.wait_units(inst, show=lambda u: running, health=sglang_health, timeout=0.5, clock=ft.clock,
                        sleep=ft.sleep)
     assert res["verdict"] == "healthy" and seen == [2.0]
-    assert s.HEALTH_TIMEOUT >= 2.0 and s.health_status.__defaults__ == (s.HEALTH_TIMEOUT,)
+    assert rwait.HEALTH_TIMEOUT >= 2.0 and rwait.health_status.__defaults__ == (rwait.HEALTH_TIMEOUT,)
 
 
 def test_health_status_against_real_server(server):
-    assert s.health_status(server.url + "/health") == 200
-    assert s.health_status(server.url + "/nope") == 404
-    assert s.health_status("http://127.0.0.1:9/health", 0.2) is None
+    assert rwait.health_status(server.url + "/health") == 200
+    assert rwait.health_status(server.url + "/nope") == 404
+    assert rwait.health_status("http://127.0.0.1:9/health", 0.2) is None
 
 
 @pytest.mark.parametrize(
@@ -279,12 +282,12 @@ def test_instances_from_manifest_and_records(tmp_path):
     m = {"id": "r1", "instances": {"main": {"unit": "dflash-main.service", "args": ["--port", "30001"]},
                                    "tree": {"args": ["--port", "30002"]}}}
     (tmp_path / "manifest.json").write_text(json.dumps(m))
-    got = s.load_manifest_instances(str(tmp_path))
+    got = rtarget.load_manifest_instances(str(tmp_path))
     assert got == [{"name": "main", "unit": "dflash-main.service", "args": ["--port", "30001"]},
                    {"name": "tree", "unit": "dflash-tree.service", "args": ["--port", "30002"]}]
-    assert [i["name"] for i in s.instances_from_manifest(m, ["tree"])] == ["tree"]
+    assert [i["name"] for i in rtarget.instances_from_manifest(m, ["tree"])] == ["tree"]
     with pytest.raises(s.SmokeError, match="no instance nope"):
-        s.instances_from_manifest(m, ["nope"])
+        rtarget.instances_from_manifest(m, ["nope"])
     s.merge_record(str(tmp_path / "smoke"), "main", "wait", {"verdict": "healthy"})
     s.merge_record(str(tmp_path / "smoke"), "main", "smoke", {"passed": True})
     assert json.loads((tmp_path / "smoke" / "main.json").read_text()) == {"wait": {"verdict": "healthy"}, "smoke": {"passed": True}}
@@ -308,9 +311,9 @@ def test_timeout_beside_a_server_that_says_ready_points_at_the_health_poll():
           "show": {"ActiveState": "active", "SubState": "running", "NRestarts": 0}}
     diag = {"cause": "unknown", "remedy": "nothing to fix from this log",
             "summary": "no failure found in x.log (83 lines; the server reported ready)"}
-    msg = s.describe_failure("h200-dflash", st, diag)
+    msg = rwait.describe_failure("h200-dflash", st, diag)
     assert "hang" in msg and "the log says the server is up but /health gave no 200" in msg
-    assert "/health gave no 200" not in s.describe_failure("a", st, {"cause": "cuda_oom", "summary": "OOM"})
+    assert "/health gave no 200" not in rwait.describe_failure("a", st, {"cause": "cuda_oom", "summary": "OOM"})
 
 
 def test_a_server_whose_log_says_ready_but_health_never_answers_fails_after_the_grace_not_the_timeout():
@@ -323,14 +326,14 @@ def test_a_server_whose_log_says_ready_but_health_never_answers_fails_after_the_
         looks.append(ft.t)
         return ft.t >= 100
 
-    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=600, interval=0.25,
+    res = rwait.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=600, interval=0.25,
                        clock=ft.clock, sleep=ft.sleep, logged_ready=ready)
     st = res["instances"]["a"]
     assert res["verdict"] == "failed" and st["verdict"] == "unanswered"
-    assert 100 + s.READY_GRACE <= st["seconds"] <= 100 + s.READY_GRACE + s.READY_CHECK_EVERY + 0.5
+    assert 100 + rwait.READY_GRACE <= st["seconds"] <= 100 + rwait.READY_GRACE + rwait.READY_CHECK_EVERY + 0.5
     # the log is read every few seconds, not at every poll
-    assert all(b - a >= s.READY_CHECK_EVERY for a, b in itertools.pairwise(looks))
-    msg = s.describe_failure("a", st)
+    assert all(b - a >= rwait.READY_CHECK_EVERY for a, b in itertools.pairwise(looks))
+    msg = rwait.describe_failure("a", st)
     assert "its log says it is up and ready, but /health gave no 200" in msg and "/health=None" in msg
 
 
@@ -339,21 +342,21 @@ def test_ready_grace_carries_over_chunks_and_a_late_200_still_passes():
     running = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0}
     inst = [{"name": "a", "unit": "u", "health_url": "A"}]
     # chunk 1 (20 s): ready seen at once, no 200 -> still starting, ready_since handed on
-    res = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=20, clock=ft.clock,
+    res = rwait.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=20, clock=ft.clock,
                        sleep=ft.sleep, logged_ready=lambda i: True)
     assert res["verdict"] == "timeout" and res["instances"]["a"]["ready_since"] == 0.0
     # chunk 2 from the handed-on ready time: fails once the grace is over, not 60 s into this chunk
-    res2 = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=200, clock=ft.clock,
+    res2 = rwait.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=200, clock=ft.clock,
                         sleep=ft.sleep, logged_ready=lambda i: True, ready_since={"a": 0.0})
-    assert res2["instances"]["a"]["verdict"] == "unanswered" and ft.t <= s.READY_GRACE + 1
+    assert res2["instances"]["a"]["verdict"] == "unanswered" and ft.t <= rwait.READY_GRACE + 1
     # a 200 inside the grace: healthy
     ft.t = 0.0
-    res3 = s.wait_units(inst, show=lambda u: running, health=lambda url, to: 200 if ft.t >= 30 else None,
+    res3 = rwait.wait_units(inst, show=lambda u: running, health=lambda url, to: 200 if ft.t >= 30 else None,
                         timeout=200, clock=ft.clock, sleep=ft.sleep, logged_ready=lambda i: True)
     assert res3["verdict"] == "healthy"
     # no log reader (or a log that never says ready): the old timeout verdict
     ft.t = 0.0
-    res4 = s.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=90, clock=ft.clock,
+    res4 = rwait.wait_units(inst, show=lambda u: running, health=lambda url, to: None, timeout=90, clock=ft.clock,
                         sleep=ft.sleep, logged_ready=lambda i: False)
     assert res4["verdict"] == "timeout"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils.dflash_release import smoke as s
+from ansible.module_utils.dflash_release import target as rtarget
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -27,7 +28,7 @@ def documented_options(module):
 @pytest.mark.parametrize(("module", "timeout_key"), [("dflash_smoke", "timeout"), ("dflash_wait", "smoke_timeout")])
 def test_shared_specs_match_each_modules_documentation(module, timeout_key):
     docs = documented_options(module)
-    shared = {**s.target_argument_spec(), **s.smoke_argument_spec(timeout_key), **s.gate_argument_spec()}
+    shared = {**rtarget.target_argument_spec(), **rtarget.smoke_argument_spec(timeout_key), **rtarget.gate_argument_spec()}
     if module == "dflash_smoke":
         assert set(docs) == set(shared)
     for name, spec in shared.items():
@@ -37,36 +38,36 @@ def test_shared_specs_match_each_modules_documentation(module, timeout_key):
 
 
 def test_specs_are_fresh_dicts():
-    a, b = s.target_argument_spec(), s.target_argument_spec()
+    a, b = rtarget.target_argument_spec(), rtarget.target_argument_spec()
     a["host"]["default"] = "changed"
-    assert b["host"]["default"] == "" and s.target_argument_spec()["host"]["default"] == ""
-    assert s.target_constraints() == {"required_one_of": [("instances", "release_dir")],
+    assert b["host"]["default"] == "" and rtarget.target_argument_spec()["host"]["default"] == ""
+    assert rtarget.target_constraints() == {"required_one_of": [("instances", "release_dir")],
                                       "mutually_exclusive": [("instances", "release_dir")]}
 
 
 def test_smoke_options_take_the_named_timeout():
     params = {"prompt": "p", "max_tokens": 8, "temperature": 0.0, "timeout": 900.0, "smoke_timeout": 5.0,
               "spec_max_new_tokens": 4}
-    assert s.smoke_options(params, "smoke_timeout") == {"prompt": "p", "max_tokens": 8, "temperature": 0.0,
+    assert rtarget.smoke_options(params, "smoke_timeout") == {"prompt": "p", "max_tokens": 8, "temperature": 0.0,
                                                         "timeout": 5.0, "spec_max_new_tokens": 4}
-    assert s.smoke_options(params)["timeout"] == 900.0
+    assert rtarget.smoke_options(params)["timeout"] == 900.0
 
 
 def test_target_instances_from_list_or_release(tmp_path):
     listed = [{"name": "a", "port": 1}]
-    assert s.target_instances({"instances": listed, "release_dir": None, "names": None}) is listed
+    assert rtarget.target_instances({"instances": listed, "release_dir": None, "names": None}) is listed
     (tmp_path / "manifest.json").write_text(json.dumps(
         {"id": "r1", "instances": {"a": {"args": ["--port", "1"]}, "b": {"unit": "x.service"}}}))
     rel = {"instances": None, "release_dir": str(tmp_path), "names": None}
-    assert [i["name"] for i in s.target_instances(rel)] == ["a", "b"]
-    assert s.target_instances(dict(rel, names=["b"])) == [{"name": "b", "unit": "x.service", "args": []}]
+    assert [i["name"] for i in rtarget.target_instances(rel)] == ["a", "b"]
+    assert rtarget.target_instances(dict(rel, names=["b"])) == [{"name": "b", "unit": "x.service", "args": []}]
     with pytest.raises(s.SmokeError, match=r"release r1: no instance c \(it has: a, b\)"):
-        s.target_instances(dict(rel, names=["c"]))
+        rtarget.target_instances(dict(rel, names=["c"]))
     with pytest.raises(s.SmokeError, match="manifest.json"):
-        s.target_instances(dict(rel, release_dir=str(tmp_path / "none")))
+        rtarget.target_instances(dict(rel, release_dir=str(tmp_path / "none")))
 
 
 def test_check_named():
-    s.check_named([{"name": "a"}])
+    rtarget.check_named([{"name": "a"}])
     with pytest.raises(s.SmokeError, match=r"^instances\[1\]: name is required$"):
-        s.check_named([{"name": "a"}, {"args": []}])
+        rtarget.check_named([{"name": "a"}, {"args": []}])

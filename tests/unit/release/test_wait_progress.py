@@ -67,7 +67,7 @@ def test_wait_prints_progress_between_chunks(tmp_path):
               "run_dir": str(tmp_path / "run"), "timeout": 60, "progress_interval": 1}
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
         {"dflash_wait": dict(common, instances=[{"name": "slow", "port": port}]), "register": "w"},
-        {"dflash_runner": {"name": "dflash-slow.service", "state": "stopped", "unit_dir": str(units),
+        {"dflash_service": {"name": ["dflash-slow.service"], "state": "stopped", "service_manager": "runner", "unit_dir": str(units),
                            "log_dir": str(tmp_path / "log"), "run_dir": str(tmp_path / "run")}},
         {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": "{{ w | to_json }}", "mode": "0644"}},
     ]}]
@@ -97,7 +97,7 @@ def test_wait_fails_fast_when_the_log_says_ready_but_the_health_url_does_not_rea
         {"dflash_wait": dict(common, instances=[{"name": "elsewhere", "port": wrong,
                                                   "base_url": f"http://127.0.0.1:{wrong}"}]),
          "register": "w", "ignore_errors": True},
-        {"dflash_runner": {"name": "dflash-elsewhere.service", "state": "stopped", "unit_dir": str(units),
+        {"dflash_service": {"name": ["dflash-elsewhere.service"], "state": "stopped", "service_manager": "runner", "unit_dir": str(units),
                            "log_dir": str(tmp_path / "log"), "run_dir": str(tmp_path / "run")}},
         {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": "{{ w | to_json }}", "mode": "0644"}},
     ]}]

@@ -138,7 +138,7 @@ def test_module_wait_on_the_runner_backend_ends_when_the_router_dies(tmp_path):
         f"[Service]\nExecStart={sys.executable} -c \"import fastapi_0165_telemetry_needs_opentelemetry_xyz\"\n")
     dirs = {"unit_dir": str(units), "log_dir": str(tmp_path / "log"), "run_dir": str(tmp_path / "run")}
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"dflash_runner": dict(dirs, name="sglang-router.service", state="restarted")},
+        {"dflash_service": dict(dirs, name=["sglang-router.service"], state="restarted", service_manager="runner")},
         {"dflash_router": dict(dirs, action="wait", router=f"http://127.0.0.1:{port}", timeout=60,
                                unit="sglang-router.service", service_manager="runner", host="r1"),
          "register": "w", "ignore_errors": True},

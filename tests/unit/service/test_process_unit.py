@@ -1,6 +1,6 @@
 """One answer for "which unit is this process in": the fingerprint stage (GPU processes,
 dflash_fingerprint.process_unit) and the instances stage (port owners, dflash_instances.read_listeners)
-both ask module_utils/dflash_service/runner.py, for cgroup v1 and v2 files and for runner-started processes."""
+both ask module_utils/dflash_service/process.py, for cgroup v1 and v2 files and for runner-started processes."""
 
 import os
 import socket
@@ -11,6 +11,7 @@ import pytest
 from ansible.module_utils.dflash_fingerprint import collect
 from ansible.module_utils.dflash_instances import host as di_host
 from ansible.module_utils.dflash_instances import validate as di_validate
+from ansible.module_utils.dflash_service import process as dflash_process
 from ansible.module_utils.dflash_service import runner as dflash_runner
 
 V1_HEAD = "12:pids:{p}\n11:memory:{p}\n4:cpuset:/\n1:name=systemd:{p}\n"
@@ -79,12 +80,12 @@ def test_both_stages_name_the_same_unit(tmp_path):
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if c[0] is not None])
 def test_cgroup_text_alone(name):
     cgroup, _, want, _ = CASES[name]
-    assert dflash_runner.unit_from_cgroup(cgroup) == want
+    assert dflash_process.unit_from_cgroup(cgroup) == want
 
 
 def test_one_implementation():
-    assert collect.process_unit is dflash_runner.process_unit
-    assert di_host.process_unit is dflash_runner.process_unit
+    assert collect.process_unit is dflash_process.process_unit
+    assert di_host.process_unit is dflash_process.process_unit
 
 
 def test_runner_started_listener_is_ours_in_both_stages(tmp_path):

@@ -35,7 +35,7 @@ def test_wait_healthy_then_crash_diagnosed(tmp_path):
         {"dflash_wait": dict(common, instances=[{"name": "ok", "port": ok_port}], smoke=True), "register": "ok"},
         {"dflash_wait": dict(common, instances=[{"name": "bad", "port": bad_port}]), "register": "bad",
          "ignore_errors": True},
-        {"dflash_runner": {"name": "dflash-ok.service", "state": "stopped", "unit_dir": str(units),
+        {"dflash_service": {"name": ["dflash-ok.service"], "state": "stopped", "service_manager": "runner", "unit_dir": str(units),
                            "log_dir": str(tmp_path / "log"), "run_dir": str(tmp_path / "run")}},
         {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"),
                                   "content": "{{ {'ok': ok, 'bad': bad} | to_json }}", "mode": "0644"}},

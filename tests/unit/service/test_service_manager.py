@@ -1,11 +1,11 @@
-"""dflash_service_manager's default is defined once (module_utils/dflash_runner.default_service_manager,
+"""dflash_service_manager's default is defined once (module_utils/dflash_service/backend.py, default_service_manager;
 the dflash_service_manager_default filter): the shared inputs' role (roles/dflash) holds it, the release
 role's default follows it."""
 import json
 import pathlib
 
 import pytest
-from ansible.module_utils.dflash_service import runner as dflash_runner
+from ansible.module_utils.dflash_service import backend as dflash_backend
 from ansible_play import run_play
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
     ({"service_mgr": ""}, "runner"),
 ])
 def test_default_service_manager(facts, want):
-    assert dflash_runner.default_service_manager(facts) == want
+    assert dflash_backend.default_service_manager(facts) == want
 
 
 def test_both_roles_defaults_through_a_playbook(tmp_path):

@@ -100,13 +100,14 @@ def test_start_failure_is_written_to_the_log(tmp_path):
 def test_unit_of_pid_tells_our_runner_units_from_foreign_processes(tmp_path):
     from ansible.module_utils.dflash_fingerprint import collect
     from ansible.module_utils.dflash_instances import host
+    from ansible.module_utils.dflash_service.process import unit_of_pid
     unit = tmp_path / "dflash-w.service"
     unit.write_text(f"[Service]\nExecStart={sys.executable} -c \"import time; time.sleep(30)\"\n")
     run = tmp_path / "run"
     pid = ur.R.start(str(unit), str(tmp_path / "w.log"), str(run / "dflash-w.service.pid"))
     try:
-        assert ur.R.unit_of_pid(pid, run_dir=str(run)) == "dflash-w.service"
-        assert ur.R.unit_of_pid(os.getpid(), run_dir=str(run)) is None
+        assert unit_of_pid(pid, run_dir=str(run)) == "dflash-w.service"
+        assert unit_of_pid(os.getpid(), run_dir=str(run)) is None
         # both stages name the runner-started process by its unit
         assert collect.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
         assert host.process_unit(pid, run_dir=str(run)) == "dflash-w.service"
