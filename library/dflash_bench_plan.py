@@ -48,9 +48,9 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dflash_bench.flags import get_flag
 from ansible.module_utils.dflash_bench.matrix import MatrixError, normalize
 from ansible.module_utils.dflash_bench.plan import plan
+from ansible.module_utils.dflash_common.argv import get_flag
 from ansible.module_utils.dflash_instances.host import gather_host_facts
 from ansible.module_utils.dflash_release.journal import current_target as current_id
 

@@ -138,7 +138,7 @@ from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import mark
 from ansible.module_utils.dflash_release.smoke import (
     SmokeError,
-    endpoint,
+    base_url,
     instance_secret_values,
     merge_record,
     smoke_all,
@@ -200,7 +200,7 @@ def main():
     insts = [{
         "name": item["name"],
         "unit": item.get("unit") or unit_name(item["name"]),
-        "health_url": (item.get("base_url") or endpoint(item.get("args") or [], item.get("port"))) + "/health",
+        "health_url": base_url(item) + "/health",
     } for item in insts_full]
     if not insts:
         module.exit_json(changed=False, verdict="healthy", seconds=0.0, failed_instances=[], instances={})

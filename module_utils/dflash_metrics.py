@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 
+from ansible.module_utils.dflash_common.net import url_host
 from ansible.module_utils.dflash_instances.tp import nnodes_of
-from ansible.module_utils.dflash_router import listen_address, url_host
+from ansible.module_utils.dflash_router import listen_address
 
 
 def targets(fleet, routers=None) -> list:

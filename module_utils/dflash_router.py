@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 
+from ansible.module_utils.dflash_common.net import WILDCARDS, url_host
 from ansible.module_utils.dflash_instances.tp import nnodes_of
 from ansible.module_utils.dflash_release.smoke import SmokeError, check_chat
 from ansible.module_utils.dflash_release.wait import judge
@@ -37,15 +38,6 @@ INFLIGHT_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def url_host(address: str) -> str:
-    """An address as it goes into a URL (IPv6 in brackets)."""
-    a = str(address)
-    return f"[{a}]" if ":" in a and not a.startswith("[") else a
-
-
-WILDCARDS = ("0.0.0.0", "::", "[::]")
 
 
 def _loopback(address) -> bool:

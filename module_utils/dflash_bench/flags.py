@@ -12,28 +12,14 @@ set is reported with the rule's name. Pure functions; no Ansible import.
 
 from __future__ import annotations
 
+from ansible.module_utils.dflash_common.argv import get_flag, pairs, takes_value
+
 SPEC_PREFIX = "--speculative-"
 DDTREE_FLAGS = ("--speculative-ddtree-budget", "--speculative-ddtree-topk", "--speculative-ddtree-mode")
 
 
 class FlagsError(Exception):
     pass
-
-
-def _takes_value(args, i) -> bool:
-    return i + 1 < len(args) and not str(args[i + 1]).startswith("--")
-
-
-def get_flag(args, flag):
-    """Value of the last ``flag`` (``--f v`` or ``--f=v``); True for a bare switch; None when absent."""
-    value = None
-    for i, a in enumerate(args):
-        a = str(a)
-        if a == flag:
-            value = str(args[i + 1]) if _takes_value(args, i) else True
-        elif a.startswith(flag + "="):
-            value = a.split("=", 1)[1]
-    return value
 
 
 def drop_flags(args, match) -> list:
@@ -43,7 +29,7 @@ def drop_flags(args, match) -> list:
     while i < len(args):
         a = args[i]
         if a.startswith("--") and match(a.split("=", 1)[0]):
-            i += 1 if "=" in a or not _takes_value(args, i) else 2
+            i += 1 if "=" in a or not takes_value(args, i) else 2
             continue
         out.append(a)
         i += 1
@@ -67,24 +53,6 @@ def rule_of_flag(applied, flag):
         if flag in [str(f) for f in rule.get("flags") or []]:
             return rule.get("rule") or rule.get("name")
     return None
-
-
-def extra_pairs(extra_args) -> list:
-    """['--a', '1', '--b'] -> [('--a', '1'), ('--b', None)]."""
-    pairs, i = [], 0
-    extra = [str(a) for a in extra_args or []]
-    while i < len(extra):
-        a = extra[i]
-        if "=" in a and a.startswith("--"):
-            k, v = a.split("=", 1)
-            pairs.append((k, v))
-        elif a.startswith("--") and _takes_value(extra, i):
-            pairs.append((a, extra[i + 1]))
-            i += 1
-        else:
-            pairs.append((a, None))
-        i += 1
-    return pairs
 
 
 def config_command(base: dict, cfg: dict, port: int, gpus: list, common_args=(), metrics=True) -> dict:
@@ -137,7 +105,7 @@ def config_command(base: dict, cfg: dict, port: int, gpus: list, common_args=(),
         put("--mem-fraction-static", cfg["mem_fraction_static"])
     if metrics:
         put("--enable-metrics", None, "acceptance from /metrics")
-    for flag, value in extra_pairs(list(common_args) + list(cfg.get("extra_args") or [])):
+    for flag, value in pairs(list(common_args) + list(cfg.get("extra_args") or [])):
         put(flag, value)
     env = {str(k): str(v) for k, v in (base.get("env") or {}).items()}
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)

@@ -11,11 +11,13 @@ Pure functions; no Ansible import.
 from __future__ import annotations
 
 from ansible.module_utils.dflash_bench import matrix as mx
-from ansible.module_utils.dflash_bench.flags import FlagsError, config_command, get_flag
+from ansible.module_utils.dflash_bench.flags import FlagsError, config_command
+from ansible.module_utils.dflash_common.argv import get_flag
+from ansible.module_utils.dflash_common.net import instance_address
 from ansible.module_utils.dflash_fingerprint.gate import check_requested_gpus
 from ansible.module_utils.dflash_release.envfile import render_env_file
 from ansible.module_utils.dflash_release.manifest import ReleaseError, fingerprint_digest
-from ansible.module_utils.dflash_release.smoke import endpoint, expected_algorithm
+from ansible.module_utils.dflash_release.smoke import expected_algorithm
 
 BLOCK_FLAGS = ("--speculative-dflash-block-size", "--speculative-num-draft-tokens")
 DEFAULT_BLOCK = 16  # sglang's DFlash block when neither the flags nor the draft's config.json say
@@ -113,8 +115,9 @@ def plan(host, manifest, release_path, configs, fingerprint, listeners, draft_bl
                                   f"{cfg['running']!r} (it has: {', '.join(sorted(instances))})")
                     continue
                 args = [str(a) for a in inst.get("args") or []]
-                entry.update(unit=inst.get("unit"), args=args, env=inst.get("env") or {}, base_url=endpoint(args),
-                             port=int(get_flag(args, "--port") or 30000), gpus=None, changes=[], overrides=[],
+                port, url = instance_address(inst)
+                entry.update(unit=inst.get("unit"), args=args, env=inst.get("env") or {}, base_url=url,
+                             port=port, gpus=None, changes=[], overrides=[],
                              algorithm=expected_algorithm(args) or "NONE")
                 out.append(entry)
                 continue

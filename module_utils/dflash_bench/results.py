@@ -20,6 +20,7 @@ import os
 import re
 
 from ansible.module_utils.dflash_bench.stats import ratio
+from ansible.module_utils.dflash_common.argv import arg_value
 
 SECRET_ENV_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
@@ -170,7 +171,7 @@ def row(rec) -> dict:
         cause = cause or rec.get("error")
     return {
         "cell": rec.get("cell"), "config": cfg.get("name"), "algorithm": cfg.get("algorithm"), "budget": cfg.get("budget"),
-        "topk": cfg.get("topk"), "attention_backend": cfg.get("attention_backend") or _flag(cfg.get("args"),
+        "topk": cfg.get("topk"), "attention_backend": cfg.get("attention_backend") or arg_value(cfg.get("args"),
                                                                                               "--attention-backend"),
         "tp": cfg.get("tp") or (len(cfg["gpus"]) if cfg.get("gpus") else None), "workload": rec.get("workload"),
         "concurrency": rec.get("concurrency"), "repeat": rec.get("repeat") or 1, "status": rec.get("status"),
@@ -185,14 +186,6 @@ def row(rec) -> dict:
         "wall_s": s.get("wall_s"), "cause": cause, "lab_standin": rec.get("lab_standin"),
         "remedy": diag.get("remedy"),
     }
-
-
-def _flag(args, flag):
-    args = list(args or [])
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-    return None
 
 
 def to_csv(rows, fields) -> str:

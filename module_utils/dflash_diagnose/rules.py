@@ -7,6 +7,7 @@ tried against the table: add a keyword when a new pattern's words are not there 
 
 from __future__ import annotations
 
+from ansible.module_utils.dflash_common import sglang as _sg
 from ansible.module_utils.dflash_diagnose import rules_startup as _startup
 from ansible.module_utils.dflash_diagnose.rule import Rule, _rx
 
@@ -434,7 +435,7 @@ RULES: list[Rule] = [
     Rule("fa3_flash_ops_missing", "missing_module", 65,
          _rx(r"cannot import name 'flash_ops' from 'sgl_kernel'|No module named 'sgl_kernel\.flash_ops'"),
          "sgl_kernel in this venv has no FA3 kernels (sgl_kernel.flash_ops), which the fa3 attention backend "
-         "needs (sglang's default on Hopper)",
+         "needs" + (" (sglang's default on Hopper)" if _sg.HOPPER_DEFAULT_ATTENTION == "fa3" else ""),
          "start with `--attention-backend flashinfer` or `triton` (the toolkit's fallback rule sm90-without-fa3 "
          "does this when the probe finds no flash_ops), or install the full sglang-kernel wheel with its "
          "flash_ops extension, then restart"),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.dflash_common import sglang as _sg
+
 CAUSES = ("incompatible_options", "speculative_hybrid", "cuda_graph_capture")
 
 # options and fields of ServerArgs the incompatible-option checks talk about
@@ -26,6 +28,9 @@ _REFUSAL = (
     r"|\bare not supported (?:with|when|together)\b|\bdoes not support\b|\brequires\b|\bmust be\b"
     r"|\bcannot be used (?:with|together)\b|\bcan only be used with\b|\bis only supported (?:with|when|for)\b)"
 )
+# what the pinned sglang accepts (dflash_common/sglang.py): the remedies name the same backends the validation does
+_TREE_MASK = _sg.either(_sg.TREE_MASK_ATTENTION_BACKENDS)
+_TREE_MASK_NOT_TRITON = next(b for b in _sg.TREE_MASK_ATTENTION_BACKENDS if b != "triton")
 _OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
 
 _HYBRID_REMEDY = (
@@ -82,16 +87,17 @@ ROWS = [
      # sglang's _handle_model_specific_adjustments (NemotronH, LFM2: the first layer may not be attention)
      r"(?P<arch>\w+For\w+) does not support (?P<refused>\w+) attention backend",
      "sglang refuses the {refused} attention backend on {arch}",
-     ("give the instance another attention backend (`--attention-backend flashinfer` in pin_flags), and check "
-     "which fallback rule chose {refused} (dflash_flags names it); DDTREE needs triton or flashinfer: flashinfer"),
+     (f"give the instance another attention backend (`--attention-backend {_TREE_MASK_NOT_TRITON}` in pin_flags), "
+     f"and check which fallback rule chose {{refused}} (dflash_flags names it); DDTREE needs {_TREE_MASK}: "
+     f"{_TREE_MASK_NOT_TRITON}"),
      False, None),
     ("ddtree_tree_mask_backend", "incompatible_options", 61,
      # this toolkit's patch 0102: DDTREE's verify needs a target attention backend with a tree mask
      r"DDTREE needs a target attention backend that takes a tree mask[^\n]*?got (?P<backend>\w+)",
-     ("DDTREE's tree verify needs a target attention backend that takes a per-request tree mask (triton or "
-     "flashinfer); this server runs {backend}"),
+     ("DDTREE's tree verify needs a target attention backend that takes a per-request tree mask "
+     f"({_TREE_MASK}); this server runs {{backend}}"),
      ("set `--attention-backend triton` for the instance (pin_flags); this toolkit derives it on Hopper, where "
-     "sglang's default is FA3 (rule tree-verify-attention-triton)"), False, None),
+     f"sglang's default is {_sg.HOPPER_DEFAULT_ATTENTION.upper()} (rule tree-verify-attention-triton)"), False, None),
     ("backend_refuses_speculative", "incompatible_options", 60,
      r"(?:Currently )?(?P<backend>\w+Backend) does not support speculative decoding",
      "the attention backend {backend} (chosen by the options) refuses speculative decoding",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.dflash_common.argv import split_flags
 from ansible.module_utils.dflash_instances import tp as _tp
 
 ALGORITHMS = ("DFLASH", "DDTREE", "NONE")
@@ -65,26 +66,6 @@ def _label(inst, idx):
 
 def _err(host, inst, idx, field, msg):
     return f"{host}: {_label(inst, idx)}: field '{field}': {msg}"
-
-
-def split_flags(args):
-    """['--a', 'x', '--b=y', '--c'] -> {'--a': 'x', '--b': 'y', '--c': None} (last wins)."""
-    out = {}
-    i = 0
-    args = list(args or [])
-    while i < len(args):
-        tok = str(args[i])
-        if tok.startswith("--"):
-            if "=" in tok:
-                k, v = tok.split("=", 1)
-                out[k] = v
-            elif i + 1 < len(args) and not str(args[i + 1]).startswith("--"):
-                out[tok] = str(args[i + 1])
-                i += 1
-            else:
-                out[tok] = None
-        i += 1
-    return out
 
 
 def _sm_of(gpu):

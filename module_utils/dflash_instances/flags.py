@@ -5,6 +5,8 @@ Pure functions, no Ansible import."""
 from __future__ import annotations
 
 from ansible.module_utils.dflash_common import secrets as dflash_secrets
+from ansible.module_utils.dflash_common.argv import split_flags
+from ansible.module_utils.dflash_common.net import local_url
 from ansible.module_utils.dflash_instances import fields as _fields
 from ansible.module_utils.dflash_instances import rules as _rules
 from ansible.module_utils.dflash_instances import tp as _tp
@@ -58,7 +60,7 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
     """One instance's entry of the dflash_flags fact."""
     inst = _fields.effective_instance(inst)
     ctx = _rules.rule_context(inst, fingerprint, probe, host_facts)
-    user_flags = set(_fields.split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
+    user_flags = set(split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
     disabled = set(host_disabled or ()) | set(inst["disabled_rules"])
     applied, skipped = _rules.evaluate_rules(rules, ctx, disabled, user_flags)
     fallback, rule_env = [], {}
@@ -73,6 +75,10 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
         "removed_cause": [s for s in skipped if s.get("cause_removed")],
         "unit": f"dflash-{inst['name']}.service",
         "port": inst["port"],
+        # where the instance listens, and how it is reached from its own host (the smoke test, the activation):
+        # recorded in the release manifest, so that nothing reads them back out of the arguments
+        "host": str(inst.get("host") or bind_host),
+        "base_url": local_url(inst.get("host") or bind_host, inst["port"]),
         "gpus": list(inst["gpus"]),
         "algorithm": inst["algorithm"],
         "model_source": inst.get("model_source"),

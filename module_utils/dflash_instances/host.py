@@ -12,6 +12,7 @@ import re
 import subprocess
 
 from ansible.module_utils.dflash_common import disk as dflash_diskspace
+from ansible.module_utils.dflash_common.net import instance_address
 from ansible.module_utils.dflash_instances import fields as _fields
 from ansible.module_utils.dflash_instances import tp as _tp
 from ansible.module_utils.dflash_instances.model import target_facts
@@ -184,9 +185,8 @@ def current_instances(prefix):
         return {"error": f"{prefix}/current/manifest.json is not JSON"}
     out = {}
     for name, entry in (m.get("instances") or {}).items():
-        port = _fields.split_flags(entry.get("args") or []).get("--port")
         gpus = str((entry.get("env") or {}).get("CUDA_VISIBLE_DEVICES") or "")
-        out[name] = {"port": int(port) if port and port.isdigit() else None, "unit": entry.get("unit"),
+        out[name] = {"port": instance_address(entry)[0], "unit": entry.get("unit"),
                      "gpus": [int(g) for g in gpus.split(",") if g.strip().isdigit()]}
     return {"id": m.get("id"), "instances": out}
 

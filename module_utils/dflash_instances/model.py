@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 
+from ansible.module_utils.dflash_common import sglang
+from ansible.module_utils.dflash_common.argv import flag_values
+
 # architectures whose linear-attention layers sglang 0.5.11 runs with the Gated DeltaNet backend
 # (GDNAttnBackend: its triton verify kernels follow retrieve_parent_token, i.e. a tree;
 # model_runner.hybrid_gdn_config)
@@ -42,9 +45,6 @@ RADIX_WITH_SPEC = {
     "Lfm2ForCausalLM": "disable",
     "KimiLinearForCausalLM": "sglang", "BailingMoeV2_5ForCausalLM": "sglang",
 }  # fmt: skip
-# architectures on which sglang 0.5.11 asserts --attention-backend is not triton (their first layer
-# may not be an attention layer)
-NO_TRITON_ATTENTION_ARCHS = {"NemotronHForCausalLM", "Lfm2ForCausalLM"}
 # layer_types values of linear layers ("conv": LFM2's short-convolution layers)
 LINEAR_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gated_deltanet", "conv"}
 # sglang flags whose value "flashinfer" makes the Gated DeltaNet verify kernel FlashInfer's, which
@@ -121,17 +121,6 @@ def _linear_layers(text, layers, interval, arch):
     return 0
 
 
-def _flag_values(args, flag):
-    """Values given to flag in an argument list (--flag v and --flag=v)."""
-    out = []
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            out.append(str(args[i + 1]))
-        elif a.startswith(flag + "="):
-            out.append(a.split("=", 1)[1])
-    return out
-
-
 def user_args(inst):
     """The instance's own sglang arguments: extra_args, then pin_flags as --flag value."""
     args = [str(a) for a in inst.get("extra_args") or [] if isinstance(a, (str, int, float))]
@@ -166,13 +155,13 @@ def hybrid_instance_errors(inst, facts):
                                           "use ddtree.mode shadow-linear (verifies a chain), or algorithm "
                                           "DFLASH")))  # fmt: skip
         for flag in LINEAR_BACKEND_FLAGS:
-            if "flashinfer" in _flag_values(args, flag):
+            if "flashinfer" in flag_values(args, flag):
                 errors.append(("extra_args", (f"{flag} flashinfer: FlashInfer's Gated DeltaNet verify kernel cannot "
                                              f"follow a tree, so DDTREE tree verify cannot run on {arch} with it; "
                                              "drop the flag (triton is sglang's default) or set ddtree.mode "
                                              "shadow-linear")))  # fmt: skip
     radix = facts.get("radix_with_spec")
-    strategy = _flag_values(args, "--mamba-scheduler-strategy")
+    strategy = flag_values(args, "--mamba-scheduler-strategy")
     if algo in ("DFLASH", "DDTREE") and "no_buffer" in strategy and "--disable-radix-cache" not in args \
             and radix in ("extra_buffer", "disable"):  # fmt: skip
         then = ("the toolkit then picks extra_buffer" if radix == "extra_buffer"
@@ -189,20 +178,29 @@ def hybrid_instance_errors(inst, facts):
 
 
 def attention_backend_errors(inst, facts):
-    """[(field, message)] for attention backends sglang 0.5.11 refuses on this target (any target)."""
+    """[(field, message)] for attention backends the pinned sglang refuses on this target (any target): what it
+    accepts is dflash_common/sglang.py's."""
     arch = (facts or {}).get("architecture")
-    if arch not in NO_TRITON_ATTENTION_ARCHS:
-        return []
-    backends = _flag_values(user_args(inst), "--attention-backend")
+    backends = flag_values(user_args(inst), "--attention-backend")
     errors = []
+    for b in backends:
+        if b not in sglang.ATTENTION_BACKENDS:
+            pinned = str((inst.get("pin_flags") or {}).get("--attention-backend")) == b
+            errors.append(("pin_flags" if pinned else "extra_args",
+                           (f"--attention-backend {b}: sglang {sglang.VERSION} accepts "
+                            f"{sglang.either(sglang.ATTENTION_BACKENDS)}")))
+    if arch not in sglang.NO_TRITON_ATTENTION_ARCHS:
+        return errors
+    tree_ok = [b for b in sglang.TREE_MASK_ATTENTION_BACKENDS if b != "triton"]
     if "triton" in backends:
         pinned = str((inst.get("pin_flags") or {}).get("--attention-backend")) == "triton"
         errors.append(("pin_flags" if pinned else "extra_args",
-                       (f"--attention-backend triton: sglang 0.5.11 refuses it on {arch} (its first "
-                                     "layer may not be an attention layer; an AssertionError at start); use "
-                                     "flashinfer")))  # fmt: skip
-    elif inst.get("algorithm") == "DDTREE" and "flashinfer" not in backends:
-        errors.append(("pin_flags", (f"DDTREE's verify needs an attention backend that takes a tree mask (triton or "
-                                    f"flashinfer) and sglang 0.5.11 refuses triton on {arch}: set pin_flags "
-                                    "{'--attention-backend': flashinfer}")))  # fmt: skip
+                       (f"--attention-backend triton: sglang {sglang.VERSION} refuses it on {arch} (its first "
+                        "layer may not be an attention layer; an AssertionError at start); use "
+                        f"{sglang.either(tree_ok)}")))
+    elif inst.get("algorithm") == "DDTREE" and not set(tree_ok) & set(backends):
+        errors.append(("pin_flags", (f"DDTREE's verify needs an attention backend that takes a tree mask "
+                                    f"({sglang.either(sglang.TREE_MASK_ATTENTION_BACKENDS)}) and sglang "
+                                    f"{sglang.VERSION} refuses triton on {arch}: set pin_flags "
+                                    f"{{'--attention-backend': {tree_ok[0]}}}")))
     return errors

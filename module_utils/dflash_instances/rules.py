@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.dflash_common import sglang as _sg
 from ansible.module_utils.dflash_instances import fields as _fields
 from ansible.module_utils.dflash_instances import tp as _tp
 from ansible.module_utils.dflash_instances.model import radix_cache_disabled
@@ -140,7 +141,19 @@ def rule_context(instance, fingerprint, probe, host_facts):
         "target.radix_with_spec": _fields._target_facts_of(inst, hf).get("radix_with_spec"),
     }
     ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_instances/tp.py)
+    ctx.update(sglang_facts())
     return ctx
+
+
+def sglang_facts() -> dict:
+    """sglang.* facts of the rules' context: what the pinned sglang accepts (dflash_common/sglang.py), so that a
+    rule's condition and reason name the same backends the validation and the diagnosis do."""
+    return {
+        "sglang.version": _sg.VERSION,
+        "sglang.hopper_default_attention": _sg.HOPPER_DEFAULT_ATTENTION,
+        "sglang.tree_mask_attention_backends": list(_sg.TREE_MASK_ATTENTION_BACKENDS),
+        "sglang.tree_mask_attention": _sg.either(_sg.TREE_MASK_ATTENTION_BACKENDS),
+    }
 
 
 _OPS = ("eq", "ne", "in", "contains", "version_lt", "version_ge", "is", "set")

@@ -19,6 +19,7 @@ import json
 import os
 import re
 
+from ansible.module_utils.dflash_common.argv import split_flags
 from ansible.module_utils.dflash_fingerprint.topo import describe_links, gpu_set_facts
 
 TP_KEYS = {"nnodes", "node_rank", "dist_init_addr", "metrics"}
@@ -59,11 +60,7 @@ def parse_addr(addr):
 
 def _flags_in(raw):
     """Flags an instance sets itself (extra_args and pin_flags)."""
-    out = set()
-    for a in raw.get("extra_args") or []:
-        s = str(a)
-        if s.startswith("--"):
-            out.add(s.split("=", 1)[0])
+    out = set(split_flags(raw.get("extra_args") or []))
     for f in (raw.get("pin_flags") or {}) if isinstance(raw.get("pin_flags"), dict) else {}:
         out.add(str(f))
     return out

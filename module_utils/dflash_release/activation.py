@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from ansible.module_utils.dflash_common.argv import arg_value
+from ansible.module_utils.dflash_common.net import instance_address
 from ansible.module_utils.dflash_release.journal import (
     BACKUPS,
     SCHEMA,
@@ -44,15 +44,7 @@ from ansible.module_utils.dflash_release.journal import (
     write_atomic,
     write_journal,
 )
-from ansible.module_utils.dflash_release.smoke import endpoint
 from ansible.module_utils.dflash_release.wait import health_status
-
-
-def instance_port(entry: dict):
-    try:
-        return int(arg_value(entry.get("args"), "--port") or 0) or None
-    except ValueError:
-        return None
 
 
 def unit_of(name: str, entry: dict | None = None) -> str:
@@ -91,14 +83,14 @@ def plan(prefix, release_id, names, units, changed, not_running, restart_all=Fal
     new_ports = {}
     new_manifest = read_manifest(prefix, release_id).get("instances") or {}
     for n in restart:
-        port = instance_port(new_manifest.get(n) or {})
+        port = instance_address(new_manifest.get(n) or {})[0]
         if port:
             new_ports[port] = n
     stop_first = []
     for n, entry in sorted(prev.items()):
         if n in new_manifest:
             continue
-        port = instance_port(entry)
+        port = instance_address(entry)[0]
         if port in new_ports:
             stop_first.append({"instance": n, "unit": unit_of(n, entry), "port": port, "for": new_ports[port]})
     return {"restart": restart, "stop_first": stop_first, "units": staged, "remove": list(remove or [])}
@@ -270,10 +262,10 @@ def serving(prefix, backend, check=health_status):
     manifest = read_manifest(prefix, cur)
     out, lines = {}, []
     for name, entry in sorted((manifest.get("instances") or {}).items()):
-        url = endpoint(entry.get("args"))
+        url = instance_address(entry)[1]
         unit = unit_of(name, entry)
         active = backend.is_active(unit)
-        code = check(url + "/health")
+        code = check(url + "/health") if url else None
         ok = active and code == 200
         out[name] = {"unit": unit, "active": active, "health": code, "url": url, "serving": ok}
         lines.append(f"{name}: {'serving' if ok else 'NOT serving'} on {url} (unit {unit} "

@@ -58,6 +58,7 @@ class ReleaseError(Exception):
     """Bad input or a broken release directory; the message names what and where."""
 
 
+
 def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -114,6 +115,8 @@ def build_content(layers, tree, flags, fingerprint, env_texts: dict, secret_name
         env = {str(k): (MASK if is_secret_env(k) else v) for k, v in (f.get("env") or {}).items()}
         instances[name] = {
             "unit": f.get("unit") or f"dflash-{name}.service",
+            "port": f.get("port"),
+            "base_url": f.get("base_url"),
             "args": list(f.get("args") or []),
             "env": env,
             "applied": list(f.get("applied") or []),

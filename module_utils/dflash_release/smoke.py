@@ -21,7 +21,9 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.dflash_common.argv import arg_value, has_flag
+from ansible.module_utils.dflash_common.net import local_url
 from ansible.module_utils.dflash_common.secrets import SECRET_FIELDS, redact
+from ansible.module_utils.dflash_common.sglang import DEFAULT_PORT
 from ansible.module_utils.dflash_instances.tp import secondary_rank_record
 from ansible.module_utils.dflash_release.gates import failed as gates_failed
 from ansible.module_utils.dflash_release.gates import failure as gates_failure
@@ -45,15 +47,15 @@ class SmokeError(Exception):
         self.record = record or {}
 
 
-def endpoint(args, port=None) -> str:
-    """Base URL to reach an instance from its own host."""
-    host = arg_value(args, "--host") or "127.0.0.1"
-    if host in ("0.0.0.0", "::", "[::]", ""):
-        host = "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    port = port or arg_value(args, "--port") or 30000
-    return f"http://{host}:{int(port)}"
+def base_url(item: dict, index: int = 0) -> str:
+    """Where an instance of a call answers: its ``base_url``, else its ``port`` (sglang's default without one) on
+    its ``host`` (127.0.0.1 when none or a wildcard). Raises SmokeError naming the instance of a bad port."""
+    if item.get("base_url"):
+        return str(item["base_url"]).rstrip("/")
+    try:
+        return local_url(item.get("host"), DEFAULT_PORT if item.get("port") is None else item["port"])
+    except (TypeError, ValueError):
+        raise SmokeError(f"instances[{index}] ({item.get('name')}): port {item.get('port')!r} is not a number") from None
 
 
 def expected_algorithm(args, algorithm=None):
@@ -283,7 +285,7 @@ def smoke_all(instances, opts, record_dir=None, where="", gates=None, context=No
     for item in instances:
         name = item["name"]
         args = [str(a) for a in item.get("args") or []]
-        base = item.get("base_url") or endpoint(args, item.get("port"))
+        base = base_url(item)
         secrets = instance_secret_values([item])
         try:
             rec = secondary_rank_record(args) or smoke_instance(

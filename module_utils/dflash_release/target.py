@@ -10,10 +10,11 @@ import json
 import os
 
 from ansible.module_utils.dflash_common.argv import has_flag
+from ansible.module_utils.dflash_common.net import instance_address
 from ansible.module_utils.dflash_common.secrets import env_file_secrets
 from ansible.module_utils.dflash_release.gates import release_context
 from ansible.module_utils.dflash_release.gates_config import gate_errors, resolve
-from ansible.module_utils.dflash_release.smoke import API_KEY_VAR, FIBONACCI_PROMPT, SmokeError
+from ansible.module_utils.dflash_release.smoke import API_KEY_VAR, FIBONACCI_PROMPT, SmokeError, base_url
 from ansible.module_utils.dflash_service.runner import parse_env_file
 
 
@@ -22,15 +23,20 @@ def unit_name(instance: str) -> str:
 
 
 def instances_from_manifest(manifest: dict, names=None) -> list:
-    """[{name, unit, args}] of a release manifest, for ``names`` (default: all of them)."""
+    """[{name, unit, args, port, base_url}] of a release manifest, for ``names`` (default: all of them)."""
     have = manifest.get("instances") or {}
     names = sorted(have) if names is None else list(names)
     unknown = [n for n in names if n not in have]
     if unknown:
         raise SmokeError(f"release {manifest.get('id')}: no instance {', '.join(unknown)} "
                          f"(it has: {', '.join(sorted(have)) or 'none'})")
-    return [{"name": n, "unit": have[n].get("unit") or unit_name(n), "args": list(have[n].get("args") or [])}
-            for n in names]
+    out = []
+    for n in names:
+        port, url = instance_address(have[n])
+        out.append({"name": n, "unit": have[n].get("unit") or unit_name(n), "args": list(have[n].get("args") or []),
+                    "port": port, "base_url": url})
+    return out
+
 
 
 def load_manifest_instances(release_dir: str, names=None) -> list:
@@ -134,7 +140,8 @@ def target_instances(params: dict) -> list:
 
 
 def check_named(instances) -> None:
-    """Raises SmokeError naming the first instance without a name."""
+    """Raises SmokeError naming the first instance without a name, or with a port that is not a number."""
     for i, item in enumerate(instances):
         if not item.get("name"):
             raise SmokeError(f"instances[{i}]: name is required")
+        base_url(item, i)

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 from ansible.module_utils.dflash_bench import matrix as mx
 from ansible.module_utils.dflash_bench import plan as bp
-from ansible.module_utils.dflash_bench.flags import get_flag
+from ansible.module_utils.dflash_common.argv import get_flag
 from ansible.module_utils.dflash_fingerprint import collect, merge
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.dflash_instances import fields as di_fields
+from ansible.module_utils.dflash_common.argv import split_flags
 from ansible.module_utils.dflash_instances import flags as di_flags
 from ansible.module_utils.dflash_instances import rules as di_rules
 
@@ -98,7 +98,7 @@ def test_ct200_gets_triton_and_grammar_none_with_reasons():
 def test_ct129_sm86_gets_no_fallback_flags():
     p = plan(inst(gpus=[0], port=30000, model_path="/data/Qwen3.6-27B"), CT129, PROBE_GOOD)
     assert p["applied"] == []
-    flags = di_fields.split_flags(p["args"])
+    flags = split_flags(p["args"])
     for f in ("--attention-backend", "--sampling-backend", "--grammar-backend",
               "--speculative-draft-attention-backend"):
         assert f not in flags
@@ -225,7 +225,9 @@ def test_ddtree_on_hopper_gets_the_triton_attention_its_tree_verify_needs():
         assert applied_names(p) == ["tree-verify-attention-triton"], fa3  # sm90-without-fa3 leaves DDTREE alone
         assert p["args"].count("--attention-backend") == 1
         assert p["args"][p["args"].index("--attention-backend") + 1] == "triton"
-        assert "refuses FA3 at start" in p["applied"][0]["reason"]
+        # the reason names what sglang accepts from the one source the validation and the diagnosis read
+        assert "refuses fa3 at start" in p["applied"][0]["reason"]
+        assert "in sglang 0.5.11 only the triton or flashinfer backends do" in p["applied"][0]["reason"]
     # the inventory's own choice wins; flashinfer broken: its rule already says triton, once
     p = plan(inst(**dd, pin_flags={"--attention-backend": "flashinfer"}), H200, PROBE_GOOD)
     assert "tree-verify-attention-triton" not in applied_names(p)

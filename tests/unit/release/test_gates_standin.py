@@ -38,7 +38,7 @@ def releases(tmp_path):
         (rdir / "manifest.json").write_text(json.dumps({"id": rid, "previous": previous}))
         srv = StandIn(env)
         try:
-            insts = [{"name": "main", "args": srv.args}]
+            insts = [{"name": "main", "args": srv.args, "port": srv.port}]
             res, failed, msgs = s.smoke_all(insts, OPTS, str(rdir / "smoke"), "ct200: ",
                                             {"main": resolve(gates)},
                                             {"release": rid, "previous": previous, "releases_root": str(tmp_path)})

@@ -10,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from ansible.module_utils.dflash_common.net import instance_address
 from ansible.module_utils.dflash_release import smoke as s
 from ansible.module_utils.dflash_release import target as rtarget
 from ansible.module_utils.dflash_release import wait as rwait
@@ -113,9 +114,18 @@ def test_describe_failure_carries_diagnosis():
 
 def test_args_helpers():
     args = ["--model-path", "/m", "--host", "0.0.0.0", "--port", "30001", "--speculative-algorithm=ddtree"]
-    assert s.endpoint(args) == "http://127.0.0.1:30001"
-    assert s.endpoint(["--host", "::1", "--port", "1"]) == "http://[::1]:1"
-    assert s.endpoint([]) == "http://127.0.0.1:30000"
+    # where an instance answers: its manifest entry's port and base_url (the flags fact's); an entry of a manifest
+    # written before they were recorded is read from its args, in that one place
+    assert instance_address({"port": 30002, "base_url": "http://10.0.0.1:30002", "args": args}) == (
+        30002, "http://10.0.0.1:30002")
+    assert instance_address({"args": args}) == (30001, "http://127.0.0.1:30001")
+    assert instance_address({"args": ["--host", "::1", "--port", "1"]}) == (1, "http://[::1]:1")
+    assert instance_address({"args": []}) == (None, "http://127.0.0.1:30000")  # sglang's default port
+    assert s.base_url({"name": "a", "port": 5, "host": "::"}) == "http://127.0.0.1:5"
+    assert s.base_url({"name": "a", "base_url": "http://h:1/", "port": 5}) == "http://h:1"
+    assert s.base_url({"name": "a", "args": args}) == "http://127.0.0.1:30000"  # no port given: sglang's default
+    with pytest.raises(s.SmokeError, match=r"instances\[2\] \(a\): port 'x' is not a number"):
+        s.base_url({"name": "a", "port": "x"}, 2)
     assert s.expected_algorithm(args) == "DDTREE"
     assert s.expected_algorithm(["--port", "1"]) is None
     assert systemd.journal_argv("dflash-a.service", 1700000000.7)[:5] == [
@@ -279,12 +289,17 @@ def test_unreachable_server_is_a_smoke_error():
 
 
 def test_instances_from_manifest_and_records(tmp_path):
-    m = {"id": "r1", "instances": {"main": {"unit": "dflash-main.service", "args": ["--port", "30001"]},
+    # main: as this version records it (port and base_url from the flags fact); tree: a manifest of an older
+    # version (args only), still readable
+    m = {"id": "r1", "instances": {"main": {"unit": "dflash-main.service", "args": ["--port", "30001"],
+                                            "port": 30001, "base_url": "http://10.1.2.3:30001"},
                                    "tree": {"args": ["--port", "30002"]}}}
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     got = rtarget.load_manifest_instances(str(tmp_path))
-    assert got == [{"name": "main", "unit": "dflash-main.service", "args": ["--port", "30001"]},
-                   {"name": "tree", "unit": "dflash-tree.service", "args": ["--port", "30002"]}]
+    assert got == [{"name": "main", "unit": "dflash-main.service", "args": ["--port", "30001"], "port": 30001,
+                    "base_url": "http://10.1.2.3:30001"},
+                   {"name": "tree", "unit": "dflash-tree.service", "args": ["--port", "30002"], "port": 30002,
+                    "base_url": "http://127.0.0.1:30002"}]
     assert [i["name"] for i in rtarget.instances_from_manifest(m, ["tree"])] == ["tree"]
     with pytest.raises(s.SmokeError, match="no instance nope"):
         rtarget.instances_from_manifest(m, ["nope"])

@@ -60,7 +60,8 @@ def test_target_instances_from_list_or_release(tmp_path):
         {"id": "r1", "instances": {"a": {"args": ["--port", "1"]}, "b": {"unit": "x.service"}}}))
     rel = {"instances": None, "release_dir": str(tmp_path), "names": None}
     assert [i["name"] for i in rtarget.target_instances(rel)] == ["a", "b"]
-    assert rtarget.target_instances(dict(rel, names=["b"])) == [{"name": "b", "unit": "x.service", "args": []}]
+    assert rtarget.target_instances(dict(rel, names=["b"])) == [
+        {"name": "b", "unit": "x.service", "args": [], "port": None, "base_url": "http://127.0.0.1:30000"}]
     with pytest.raises(s.SmokeError, match=r"release r1: no instance c \(it has: a, b\)"):
         rtarget.target_instances(dict(rel, names=["c"]))
     with pytest.raises(s.SmokeError, match="manifest.json"):
