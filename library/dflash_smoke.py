@@ -60,7 +60,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-instances: {description: Per instance record (generation, speculative, perf, gates, gates_summary, lab_standin,
+instances: {description: Per instance record (generation, speculative, perf, gates, gates_summary, stand_in,
   error)., type: dict, returned: always}
 failed_instances: {description: Names that failed., type: list, returned: always}
 """

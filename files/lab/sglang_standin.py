@@ -3,13 +3,13 @@
 
 Lab containers have no GPU, so lab units run this file with the same flags the real server
 would get. It parses the launch flags like sglang's argparse parser does, says loudly that it
-is a stand-in (first log line, ``/get_server_info`` has ``"lab_standin": true``) and answers the
+is a stand-in (first log line, ``/get_server_info`` has ``"stand_in": "<what it is>"``) and answers the
 endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministically:
 
   GET  /health /health_generate       200, empty body, after DFLASH_STANDIN_HEALTH_DELAY s (default 1,
                                       as sglang's one-token probe); 503 at once while "starting"
   GET  /v1/models, /v1/models/{name}  OpenAI model list / card
-  GET  /get_server_info /server_info  server args + scheduler info + version + lab_standin
+  GET  /get_server_info /server_info  server args + scheduler info + version + stand_in
   GET  /get_model_info /model_info    model path, is_generation, ...
   GET  /metrics                       Prometheus text with sglang's metric names, only with
                                       --enable-metrics (404 without it, as sglang); num_running_reqs
@@ -87,6 +87,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
+STAND_IN = "dflash-deploy lab stand-in (files/lab/sglang_standin.py): not SGLang, no GPU, canned output"
 SGLANG_VERSION = "0.5.11"
 PROG = "sglang serve"  # argparse prog of sglang 0.5.11's prepare_server_args
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -512,7 +513,8 @@ class State:
         if self.fault == "wrong":
             info["speculative_algorithm"] = None
         info.update({
-            "lab_standin": True,
+            # what a server that is not sglang says about itself (the toolkit records it and stamps the figures)
+            "stand_in": STAND_IN,
             "lab_standin_fault": self.fault or None,
             "lab_standin_flags_file": self.flags_source or None,
             "lab_standin_tokens_per_s": self.tokens_per_s,
@@ -644,7 +646,7 @@ class Handler(BaseHTTPRequestHandler):
                              "is_generation": True, "preferred_sampling_params": None,
                              "weight_version": st.args.get("weight_version", "default"),
                              "has_image_understanding": False, "has_audio_understanding": False,
-                             "model_type": None, "architectures": None, "lab_standin": True})
+                             "model_type": None, "architectures": None, "stand_in": STAND_IN})
         elif path == "/metrics":
             self._send(200, st.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
         else:

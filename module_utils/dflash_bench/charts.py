@@ -7,8 +7,8 @@
 * concurrency.png  per workload: tok/s against concurrency, one line per configuration
 
 Each PNG carries its series in a tEXt chunk ("Description": JSON {title, series, standin}) so that a
-test can check what was drawn without looking at pixels (``png_text``). Lab stand-in figures are
-stamped on every chart. No Ansible import; matplotlib is imported only when drawing.
+test can check what was drawn without looking at pixels (``png_text``). The figures of a server that says
+it is a stand-in (not sglang) are stamped on every chart. No Ansible import; matplotlib is imported only when drawing.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import struct
 import zlib
 
-STANDIN_STAMP = "LAB STAND-IN FIGURES - not SGLang, no GPU: they test the plumbing, not a model"
+STANDIN_STAMP = "STAND-IN FIGURES - the server says it is not SGLang: they test the plumbing, not a model"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

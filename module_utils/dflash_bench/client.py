@@ -4,7 +4,7 @@
 agentic workload: one session per worker, its turns in order). Nothing starts after the cell's
 deadline; each request's socket timeout is the time left. Before the cell: one short warm-up
 request; around it: the server's /metrics and /get_server_info (acceptance from the server itself,
-and whether it is the lab stand-in). Stdlib only: it runs on the GPU host with any Python >= 3.9.
+and whether it says it is a stand-in, not sglang). Stdlib only: it runs on the GPU host with any Python >= 3.9.
 No Ansible import.
 """
 
@@ -106,7 +106,7 @@ def server_readings(base_url, timeout=10.0) -> dict:
         status, info = http_json("GET", base_url + "/get_server_info", None, timeout)
         if status == 200 and isinstance(info, dict):
             states = info.get("internal_states") or [{}]
-            out["server_info"] = {"version": info.get("version"), "lab_standin": bool(info.get("lab_standin")),
+            out["server_info"] = {"version": info.get("version"), "stand_in": info.get("stand_in") or None,
                                   "speculative_algorithm": info.get("speculative_algorithm"),
                                   "attention_backend": (states[0] or {}).get("attention_backend")
                                   or info.get("attention_backend"),

@@ -29,7 +29,7 @@ def _v(value, fmt="{:.1f}"):
 
 
 def render(run, rows, configs, charts, compare=None, compare_name=None, spread=None) -> str:
-    standin = any(r.get("lab_standin") for r in rows) or run.get("lab_standin")
+    standin = next((r["stand_in"] for r in rows if r.get("stand_in")), None) or run.get("stand_in")
     rel = run.get("release") or {}
     t = [r"\documentclass[10pt]{article}", r"\usepackage[a4paper,margin=18mm,landscape]{geometry}",
          r"\usepackage{graphicx}", r"\usepackage{color}", r"\usepackage{longtable}", r"\usepackage{array}",
@@ -37,8 +37,8 @@ def render(run, rows, configs, charts, compare=None, compare_name=None, spread=N
          r"\section*{Benchmark " + esc(run.get("run")) + ": " + esc(run.get("host")) + "}"]
     if standin:
         t.append(r"\fbox{\parbox{0.95\linewidth}{\textcolor{red}{\textbf{" + esc(STANDIN_STAMP) + r".}} "
-                 r"The lab's stand-in server answered: every figure comes from canned output paced by a fixed "
-                 r"delay, not from a model on a GPU.}}\par\medskip")
+                 r"A stand-in server answered (it says: " + esc(standin) + r"): no figure comes from a model "
+                 r"on a GPU.}}\par\medskip")
     t += [r"\begin{itemize}",
           r"\item release \texttt{" + esc(rel.get("id")) + "}, sglang " + esc(rel.get("sglang") or "?")
           + r", fingerprint digest \texttt{" + esc((rel.get("fingerprint_digest") or "")[:16]) + r"}",

@@ -44,12 +44,12 @@ def spread_table(spread) -> list:
 
 def render(run, rows, configs, charts, compare=None, compare_name=None, workloads_text=None, spread=None) -> str:
     """The whole Markdown report."""
-    standin = any(r.get("lab_standin") for r in rows) or run.get("lab_standin")
+    standin = next((r["stand_in"] for r in rows if r.get("stand_in")), None) or run.get("stand_in")
     rel = run.get("release") or {}
     out = [f"# Benchmark {run.get('run')}: {run.get('host')}", ""]
     if standin:
-        out += [(f"> **{STANDIN_STAMP}.** The lab's stand-in server answered these requests: every figure below "
-                "comes from canned output paced by a fixed delay, not from a model on a GPU."), ""]
+        out += [(f"> **{STANDIN_STAMP}.** A stand-in server answered these requests (it says: {standin}): no "
+                "figure below comes from a model on a GPU."), ""]
     ok = sum(1 for r in rows if r["status"] == "ok")
     failed = [r for r in rows if r["status"] == "failed"]
     out += [

@@ -29,7 +29,7 @@ def render_run(run_dir, compare_to=None, results_dir=None, pdf=True, charts=True
             raise ValueError(f"no cells/*.json in {run_dir}, but its results.json has {had} rows: "
                              "restore the cells folder (e.g. unpack cells.tar.xz there) before rendering again")
     rows = [res.row(c) for c in cells]
-    standin = any(r.get("lab_standin") for r in rows) or bool(run.get("lab_standin"))
+    standin = next((r["stand_in"] for r in rows if r.get("stand_in")), None) or run.get("stand_in")
     files, warnings = [], []
     for c in cells:
         if c.get("requests"):
@@ -84,7 +84,7 @@ def lines(summary) -> list:
     """What the play prints at the end."""
     out = [f"report: {summary['dir']}/report.md" + (f" and {summary['pdf']}" if summary.get("pdf") else "")]
     if summary.get("standin"):
-        out.append("LAB STAND-IN figures: not SGLang, no GPU")
+        out.append(f"STAND-IN figures, not SGLang (the server says: {summary['standin']})")
     for r in summary["rows"]:
         acc = r.get("accept_length")
         fig = (f"{r['output_tok_s']} tok/s, accept {acc if acc is not None else '-'}" if r.get("output_tok_s")

@@ -80,7 +80,7 @@ def cell_record(run, entry, cell, measured=None, failure=None) -> dict:
     """One cell's record. ``measured``: dflash_bench_cell's result; ``failure``: {stage, msg, diagnosis}
     when the configuration never served (the cell then carries the cause)."""
     rec = {"run": run.get("run"), "host": run.get("host"), "release_id": run.get("release_id"),
-           "fingerprint_digest": run.get("fingerprint_digest"), "lab_standin": False,
+           "fingerprint_digest": run.get("fingerprint_digest"), "stand_in": None,
            "cell": cell["id"], "n": cell.get("n"), "config": config_view(entry), "workload": cell["workload"],
            "concurrency": int(cell["concurrency"]), "repeat": int(cell.get("repeat") or 1)}
     if failure:
@@ -93,9 +93,9 @@ def cell_record(run, entry, cell, measured=None, failure=None) -> dict:
     rec.update(status=m.get("status", "failed"), summary=m.get("summary") or {}, requests=m.get("requests") or [],
                server_before=m.get("server_before"), server_after=after, warmup=m.get("warmup"),
                seconds=m.get("seconds"), errors=m.get("errors") or [])
-    # the server says itself whether it is the lab's stand-in (/get_server_info); no inventory flag
+    # a server that is not sglang says so itself (/get_server_info "stand_in"); no inventory flag
     info = after.get("server_info") or (m.get("server_before") or {}).get("server_info") or {}
-    rec["lab_standin"] = bool(info.get("lab_standin"))
+    rec["stand_in"] = info.get("stand_in") or None
     if m.get("status") == "failed":
         rec["error"] = "; ".join(m.get("errors") or []) or "no request completed"
     return rec
@@ -183,7 +183,7 @@ def row(rec) -> dict:
         "ttft_p50_ms": s.get("ttft_p50_ms"), "ttft_p99_ms": s.get("ttft_p99_ms"), "itl_p50_ms": s.get("itl_p50_ms"),
         "itl_p99_ms": s.get("itl_p99_ms"), "e2e_p50_ms": s.get("e2e_p50_ms"), "requests": s.get("requests"),
         "completed": s.get("completed"), "output_tokens": s.get("output_tokens"), "cached_ratio": s.get("cached_ratio"),
-        "wall_s": s.get("wall_s"), "cause": cause, "lab_standin": rec.get("lab_standin"),
+        "wall_s": s.get("wall_s"), "cause": cause, "stand_in": rec.get("stand_in"),
         "remedy": diag.get("remedy"),
     }
 

@@ -85,15 +85,13 @@ def strip_prefixes(line: str) -> str:
     return line
 
 
-_HEALTHY_KEYWORDS = ("fired up", "uvicorn running", "startup complete", "started server process",
-                     "lab stand-in: serving")
+_HEALTHY_KEYWORDS = ("fired up", "uvicorn running", "startup complete", "started server process")
 
 
 # Lines that show the server came up (a weak-only hint before/after them is just a warning).
 HEALTHY_RE = re.compile(
     r"The server is fired up and ready to roll|Uvicorn running on|Application startup complete"
-    r"|Started server process"
-    r"|lab stand-in: serving",
+    r"|Started server process",
     re.IGNORECASE,
 )
 
@@ -199,7 +197,7 @@ def _lines_with(lines: list[_Line], low_text: str, starts: list[int], words) -> 
 
 # Lines that show the server finished its start-up, warm-up request included: an error logged before one of
 # these (in the same start) did not stop the server (sglang catches some, e.g. a missing optional module).
-READY_RE = re.compile(r"The server is fired up and ready to roll|lab stand-in: serving", re.IGNORECASE)
+READY_RE = re.compile(r"The server is fired up and ready to roll", re.IGNORECASE)
 
 
 class _Scan:

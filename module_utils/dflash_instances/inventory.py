@@ -30,7 +30,7 @@ EMPTY_HELP = (
 
 # role settings (dflash_<role>_*) and facts are never typo candidates
 ROLE_PREFIXES = ("dflash_fingerprint", "dflash_instances_", "dflash_layers", "dflash_tree", "dflash_release",
-                 "dflash_lab_", "dflash_venv_", "dflash_sglang", "dflash_probe", "dflash_flags", "dflash_units",
+                 "dflash_venv_", "dflash_sglang", "dflash_probe", "dflash_flags", "dflash_units",
                  "dflash_bench", "dflash_router", "dflash_gates")
 
 

@@ -227,7 +227,7 @@ def secondary_rank_record(args):
     rank = node_rank_of(args)
     if rank == 0:
         return None
-    return {"passed": True, "node_rank": rank, "lab_standin": False,
+    return {"passed": True, "node_rank": rank, "stand_in": None,
             "generation": {"via": f"health only: node rank {rank} serves no HTTP API (rank 0 is smoke-tested)",
                            "completion_tokens": 0, "tokens_per_s": None}}
 

@@ -89,7 +89,7 @@ def output_gates(message: dict, finish_reason, gates: dict, code_runner=run_code
 
 
 def perf_gates(http, base_url, body, gates: dict, speculative: bool, ctx: dict, timeout: float, clock) -> tuple:
-    """(measurement record, gate results). ``ctx``: {name, args, prompt, max_new_tokens, lab_standin,
+    """(measurement record, gate results). ``ctx``: {name, args, prompt, max_new_tokens, stand_in,
     releases_root, baseline_release}."""
     wanted = gates.get("perf", True) or (speculative and float(gates.get("min_accept_length") or 0) > 0)
     if not wanted:
@@ -99,7 +99,7 @@ def perf_gates(http, base_url, body, gates: dict, speculative: bool, ctx: dict, 
     except PerfError as exc:
         return None, [{"gate": "perf.samples", "ran": True, "passed": False, "detail": str(exc)}]
     measured["conditions"] = conditions(ctx.get("args"), ctx.get("prompt"), ctx.get("max_new_tokens"),
-                                        measured["timing"], ctx.get("lab_standin"))
+                                        measured["timing"], ctx.get("stand_in"))
     baseline, notes = None, []
     root, start = ctx.get("releases_root"), ctx.get("baseline_release")
     if gates.get("perf", True) and root and start:

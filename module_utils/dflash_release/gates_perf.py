@@ -92,15 +92,16 @@ def measure(http, base_url, body, samples, timeout, clock) -> dict:
     }
 
 
-def conditions(args, prompt, max_new_tokens, timing, lab_standin) -> dict:
-    """What must be the same for two measurements to be compared."""
+def conditions(args, prompt, max_new_tokens, timing, stand_in) -> dict:
+    """What must be the same for two measurements to be compared. ``stand_in``: what a server that is not sglang
+    says it is (None for sglang, as in records written before the field: those stay comparable)."""
     model = None
     args = [str(a) for a in args or []]
     for i, a in enumerate(args):
         if a in ("--model-path", "--model") and i + 1 < len(args):
             model = args[i + 1]
     return {"prompt": prompt, "max_new_tokens": int(max_new_tokens), "model_path": model,
-            "timing": timing, "lab_standin": bool(lab_standin)}
+            "timing": timing, "stand_in": stand_in or None}
 
 
 def _read(path):

@@ -58,7 +58,7 @@ def _init_start(stat="/proc/1/stat") -> str | None:
 
 def boot_id(path=BOOT_ID, init_stat="/proc/1/stat") -> str | None:
     """This boot: the kernel's boot id, plus PID 1's start time. A container shares its host's kernel
-    boot id, so a restarted container (a lab host's reboot) is told apart by its new init; on a real
+    boot id, so a restarted container (a podman host's restart) is told apart by its new init; on a real
     host the kernel's id changes at each boot."""
     try:
         with open(path, encoding="utf-8") as fh:

@@ -175,9 +175,10 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
     try:
         status, info = http("GET", base_url + "/get_server_info", None, timeout)
         info = info if status == 200 and isinstance(info, dict) else {}
-        rec["lab_standin"] = bool(info.get("lab_standin"))
-        # what the play shows beside the verdict when the server is not sglang (the lab stand-in says so)
-        rec["server_note"] = "LAB STAND-IN, not sglang" if rec["lab_standin"] else ""
+        # a server that is not sglang says so itself (/get_server_info "stand_in": what it is); None for sglang
+        rec["stand_in"] = str(info.get("stand_in")) if info.get("stand_in") else None
+        # what the play shows beside the verdict
+        rec["server_note"] = f"STAND-IN, not sglang: {rec['stand_in']}" if rec["stand_in"] else ""
         rec["version"] = info.get("version")
 
         skip_tok = has_flag(args, "--skip-tokenizer-init")
@@ -233,7 +234,7 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
             # several short generations of a fixed length; the speculative proof above warmed up
             sbody = sample_body(prompt, spec_max_new_tokens, FALLBACK_INPUT_IDS if skip_tok else None)
             pctx = dict(ctx, args=args, prompt=prompt, max_new_tokens=spec_max_new_tokens,
-                        lab_standin=rec.get("lab_standin"), baseline_release=ctx.get("previous"))
+                        stand_in=rec.get("stand_in"), baseline_release=ctx.get("previous"))
             perf, presults = perf_gates(http, base_url, sbody, gates, expected in SPECULATIVE_PROOF, pctx,
                                         timeout, clock)
             if perf is not None:

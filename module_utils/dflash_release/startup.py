@@ -19,7 +19,7 @@ _PCT = r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<done>\d+)/(?P<total>\d+)"
 
 # (pattern, template) newest-first matching; the template reads the named groups
 STAGES = [
-    (re.compile(r"The server is fired up and ready to roll|lab stand-in: serving"), "ready"),
+    (re.compile(r"The server is fired up and ready to roll"), "ready"),
     (re.compile(r"Uvicorn running on|Application startup complete"), "HTTP server up, warming up"),
     (re.compile(r"Initialized (?P<algo>\w+) draft runner|(?P<algo2>\w+) draft runner ready"), "{algo} draft runner ready"),
     (re.compile(r"max_total_num_tokens=(?P<tokens>\d+)"), "scheduler ready ({tokens} KV tokens)"),

@@ -65,7 +65,7 @@ def test_seeds_cell_on_ddtree(ddtree):
     assert s["accept_length"] == pytest.approx(s["output_tokens"] / s["spec_verify_ct"], abs=1e-3)
     assert 1.0 < s["accept_length"] < 16 and s["output_tok_s"] > 0 and s["ttft_p50_ms"] > 0
     after = cell["server_after"]
-    assert after["server_info"]["lab_standin"] is True and after["server_info"]["speculative_algorithm"] == "DDTREE"
+    assert after["server_info"]["stand_in"].startswith("dflash-deploy lab stand-in") and after["server_info"]["speculative_algorithm"] == "DDTREE"
     assert after["metrics"]["spec_accept_length"] > 0
     assert {r["label"] for r in cell["requests"]} == {f"{p}#{k}" for p in ("fibonacci", "quicksort", "arithmetic")
                                                       for k in (0, 1)}

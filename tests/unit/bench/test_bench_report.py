@@ -21,8 +21,9 @@ CONFIGS = mx.normalize([{"algorithm": "NONE"}, {"name": "oom", "algorithm": "DFL
                        {"algorithm": ["DDTREE"], "budget": [7, 15], "topk": [1, 8]})[:4]
 SERVED = {"none": (), "ddtree-b7-k1": ("--speculative-ddtree-budget", "7", "--speculative-ddtree-topk", "1"),
           "ddtree-b7-k8": ("--speculative-ddtree-budget", "7", "--speculative-ddtree-topk", "8")}
+STAND_IN = "a stand-in: canned output"
 META = {"run": "r1", "host": "ct200", "release_id": "20261201T000000-deadbeef", "fingerprint_digest": "ab" * 32,
-        "lab_standin": True}
+        "stand_in": STAND_IN}
 
 
 def entry(cfg, args):
@@ -73,7 +74,7 @@ def rendered(run_dir):
 
 def test_every_cell_is_in_the_tables(run_dir, rendered):
     s = rendered
-    assert s["cells"] == 16 and s["standin"] is True
+    assert s["cells"] == 16 and s["standin"].startswith("dflash-deploy lab stand-in")  # the server's own words
     rows = {r["cell"]: r for r in s["rows"]}
     assert set(rows) == {mx.cell_id(c, w, k) for c in ("none", "oom", "ddtree-b7-k1", "ddtree-b7-k8")
                          for w in ("seeds", "agent") for k in (1, 2)}
@@ -117,7 +118,7 @@ def test_markdown_and_latex(run_dir, rendered):
     assert "![throughput](charts/throughput.png)" in md and "| ddtree-b7-k1 | seeds | 1 | ok |" in md
     tex = (run_dir / "report.tex").read_text()
     assert r"\begin{longtable}" in tex and r"ddtree-b7-k1" in tex and "charts/heatmap.png" in tex
-    assert r"\_" in tex and "LAB STAND-IN" in tex
+    assert r"\_" in tex and "STAND-IN FIGURES" in tex and "it says: dflash-deploy lab stand-in" in tex
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None,
@@ -150,7 +151,7 @@ def test_compare_to_a_run_and_to_a_release(run_dir, rendered):
 
 
 def test_a_cell_says_stand_in_only_when_its_server_says_so():
-    """No inventory flag: the record takes lab_standin from the server's own /get_server_info (after the
+    """No inventory flag: the record takes stand_in from the server's own /get_server_info (after the
     cell, else before it); a real sglang's info has no such key."""
     run = {"run": "r", "host": "h", "release_id": "x"}
     entry = {"name": "c", "algorithm": "DFLASH"}
@@ -160,10 +161,10 @@ def test_a_cell_says_stand_in_only_when_its_server_says_so():
         return {"status": "ok", "server_after": {"server_info": info_after} if info_after is not None else {},
                 "server_before": {"server_info": info_before} if info_before is not None else {}}
 
-    assert res.cell_record(run, entry, cell, measured({"lab_standin": True}))["lab_standin"] is True
-    assert res.cell_record(run, entry, cell, measured(None, {"lab_standin": True}))["lab_standin"] is True
-    assert res.cell_record(run, entry, cell, measured({"version": "0.5.11"}))["lab_standin"] is False
-    assert res.cell_record(run, {**entry}, cell, failure={"msg": "never served"})["lab_standin"] is False
+    assert res.cell_record(run, entry, cell, measured({"stand_in": "x"}))["stand_in"] == "x"
+    assert res.cell_record(run, entry, cell, measured(None, {"stand_in": "x"}))["stand_in"] == "x"
+    assert res.cell_record(run, entry, cell, measured({"version": "0.5.11"}))["stand_in"] is None
+    assert res.cell_record(run, {**entry}, cell, failure={"msg": "never served"})["stand_in"] is None
 
 
 def test_render_refuses_to_empty_a_run_whose_cells_are_gone(run_dir, rendered, tmp_path):

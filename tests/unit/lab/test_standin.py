@@ -154,7 +154,7 @@ def test_v1_models(spec_server):
 def test_server_info_is_loud_and_has_server_args(spec_server):
     status, info = jget(spec_server.base + "/get_server_info")
     assert status == 200
-    assert info["lab_standin"] is True
+    assert info["stand_in"].startswith("dflash-deploy lab stand-in")
     assert info["version"] == "0.5.11"
     assert info["speculative_algorithm"] == "DFLASH"
     assert info["speculative_draft_model_path"] == "/dev/shm/draft"
@@ -163,7 +163,7 @@ def test_server_info_is_loud_and_has_server_args(spec_server):
     assert info["model_path"] == "/dev/shm/Qwen3.6-27B" and info["served_model_name"] == "qwen"
     assert info["port"] == spec_server.port and info["host"] == "127.0.0.1"
     assert isinstance(info["internal_states"], list)
-    assert jget(spec_server.base + "/server_info")[1]["lab_standin"] is True
+    assert jget(spec_server.base + "/server_info")[1]["stand_in"].startswith("dflash-deploy lab stand-in")
     assert jget(spec_server.base + "/model_info")[1]["model_path"] == "/dev/shm/Qwen3.6-27B"
 
 

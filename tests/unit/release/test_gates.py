@@ -224,7 +224,7 @@ def write_release(root: Path, rid, previous=None, perf_rec=None, status="healthy
 
 
 COND = {"prompt": cfg.FIBONACCI_PROMPT, "max_new_tokens": 64, "model_path": "/m", "timing": "server",
-        "lab_standin": True}
+        "stand_in": "a stand-in"}
 
 
 def measured(tps, acc=4.0):

@@ -70,9 +70,25 @@ def test_the_role_probes_the_layer_before_the_unit_points_at_it():
     tasks = yaml.safe_load((Path(__file__).resolve().parents[3] / "roles/dflash_router/tasks/main.yml").read_text())
     names = [t.get("name", "") for t in tasks]
     probe = next(i for i, t in enumerate(tasks) if (t.get("dflash_router") or {}).get("action") == "probe")
-    assert names.index("Router | remember its layer and give the instances' fact back") < probe
+    assert names.index("Router | its layer") < probe
     assert probe < names.index("Router | render sglang-router.service")
     assert tasks[probe]["dflash_router"]["python"] == "{{ __dflash_router_layer.path }}/bin/python"
+
+
+def test_the_router_builds_its_layer_into_its_own_fact():
+    """The layers role reports into the fact its caller names: the router never saves, sets or restores the
+    instances' dflash_layers."""
+    import yaml
+    tasks = yaml.safe_load((Path(__file__).resolve().parents[3] / "roles/dflash_router/tasks/main.yml").read_text())
+    include = next(t for t in tasks if (t.get("ansible.builtin.include_role") or {}).get("name") == "dflash_layers")
+    assert include["vars"]["dflash_layers_fact"] == "__dflash_router_layers"
+    assert include["vars"]["dflash_layers_root"] == "{{ dflash_router_prefix }}"
+    assert "dflash_prefix" not in include["vars"]
+    for t in tasks:
+        assert "dflash_layers" not in (t.get("ansible.builtin.set_fact") or {}), t["name"]
+    build = yaml.safe_load((Path(__file__).resolve().parents[3] / "roles/dflash_layers/tasks/build.yml").read_text())
+    report = next(t for t in build if "ansible.builtin.set_fact" in t)
+    assert report["ansible.builtin.set_fact"] == {"{{ dflash_layers_fact }}": "{{ __dflash_layers_result.layers }}"}
 
 
 # ---------------------------------------------------------------- the wait ends when the router's process is gone

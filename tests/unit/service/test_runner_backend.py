@@ -44,7 +44,7 @@ def test_wait_healthy_then_crash_diagnosed(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["ok"]["verdict"] == "healthy"
-    assert out["ok"]["smoke"]["ok"]["lab_standin"] is True
+    assert out["ok"]["smoke"]["ok"]["stand_in"].startswith("dflash-deploy lab stand-in")
     assert out["bad"]["failed"] and out["bad"]["verdict"] == "failed"
     diag = out["bad"]["instances"]["bad"]["diagnosis"]
     assert diag["cause"] == "port_in_use", diag
