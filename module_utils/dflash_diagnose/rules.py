@@ -1,5 +1,8 @@
 """The diagnosis causes and rule table: data (pattern, cause, priority, summary and remedy templates).
 
+Over 500 lines on purpose: one row per known failure of a real log, kept in one table so that their priorities
+are read side by side (the start-up rows of the options, hybrids and graph capture are apart: rules_startup.py).
+
 Strong rules are fatal errors; weak rules are warnings that only hint. Placeholders in ``{}`` are filled
 from the log's facts (facts.py, fill.py). A line without any of ``RULE_KEYWORDS`` (lower-case) is not
 tried against the table: add a keyword when a new pattern's words are not there yet.

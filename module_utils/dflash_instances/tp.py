@@ -2,8 +2,8 @@
 the facts the tensor-parallel rules read, and the launch flags.
 
 Pure functions, no Ansible import. Called by module_utils/dflash_instances/ through one-line hooks
-(validation, rule context, launch arguments, host facts) and by dflash_release/smoke.py (a node rank > 0
-has no HTTP API to smoke-test). The checks across hosts (ranks, addresses, batches) are in
+(validation, rule context, launch arguments, host facts); the smoke record of a node rank > 0 (it has no HTTP
+API) is dflash_release/smoke.py's. The checks across hosts (ranks, addresses, batches) are in
 dflash_rollout/multinode.py.
 
 Instance fields (besides `gpus` and `tp` of the instances stage):
@@ -202,34 +202,6 @@ def launch_args(inst):
         args += ["--nnodes", str(n), "--node-rank", str(inst.get("node_rank", 0)),
                  "--dist-init-addr", str(inst.get("dist_init_addr"))]
     return args
-
-
-def node_rank_of(args):
-    """--node-rank of a launch argument list (0 when absent)."""
-    args = [str(a) for a in args or []]
-    for i, a in enumerate(args):
-        if a == "--node-rank" and i + 1 < len(args):
-            try:
-                return int(args[i + 1])
-            except ValueError:
-                return 0
-        if a.startswith("--node-rank="):
-            try:
-                return int(a.split("=", 1)[1])
-            except ValueError:
-                return 0
-    return 0
-
-
-def secondary_rank_record(args):
-    """The smoke record of a node rank > 0 (its server only answers /health, /health_generate, /metrics:
-    generation goes through rank 0), or None for rank 0 and single-node instances."""
-    rank = node_rank_of(args)
-    if rank == 0:
-        return None
-    return {"passed": True, "node_rank": rank, "stand_in": None,
-            "generation": {"via": f"health only: node rank {rank} serves no HTTP API (rank 0 is smoke-tested)",
-                           "completion_tokens": 0, "tokens_per_s": None}}
 
 
 # --------------------------------------------------------------------------- host facts

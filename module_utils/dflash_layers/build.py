@@ -1,5 +1,9 @@
 """Venv layers: validation, content addressing, building with uv, pruning.
 
+Over 500 lines on purpose: the spec checks, the content hash and the builder (LayerBuilder) are one contract (the
+hash covers exactly what validate/normalise accept and what the builder installs), read and changed together;
+the computed overlay (overlay.py), the wheelhouse (wheelhouse.py) and wheels (wheels.py) are already apart.
+
 Pure logic with no Ansible import. The host-side module (library/dflash_layers.py) is a thin
 wrapper over this file; pytest imports it directly. What a layer installs is computed
 (module_utils/dflash_layers/overlay.py): its requirements' closure less what its parent already provides;

@@ -24,7 +24,6 @@ from ansible.module_utils.dflash_common.argv import arg_value, has_flag
 from ansible.module_utils.dflash_common.net import local_url
 from ansible.module_utils.dflash_common.secrets import SECRET_FIELDS, redact
 from ansible.module_utils.dflash_common.sglang import DEFAULT_PORT
-from ansible.module_utils.dflash_instances.tp import secondary_rank_record
 from ansible.module_utils.dflash_release.gates import failed as gates_failed
 from ansible.module_utils.dflash_release.gates import failure as gates_failure
 from ansible.module_utils.dflash_release.gates import output_gates, perf_gates
@@ -73,6 +72,25 @@ def instance_secret_values(instances) -> set:
         if item.get("api_key"):
             vals.add(str(item["api_key"]))
     return vals
+
+
+def node_rank(args) -> int:
+    """--node-rank of a launch argument list (0 when absent or not a number)."""
+    try:
+        return int(arg_value(args, "--node-rank") or 0)
+    except ValueError:
+        return 0
+
+
+def secondary_rank_record(args):
+    """The smoke record of a node rank > 0 of a multi-node instance (its server only answers /health,
+    /health_generate, /metrics: generation goes through rank 0), or None for rank 0 and single-node instances."""
+    rank = node_rank(args)
+    if rank == 0:
+        return None
+    return {"passed": True, "node_rank": rank, "stand_in": None,
+            "generation": {"via": f"health only: node rank {rank} serves no HTTP API (rank 0 is smoke-tested)",
+                           "completion_tokens": 0, "tokens_per_s": None}}
 
 
 # ----------------------------------------------------------------------------- HTTP

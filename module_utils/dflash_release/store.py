@@ -6,8 +6,8 @@ import datetime as _dt
 import json
 import os
 import shutil
-import tempfile
 
+from ansible.module_utils.dflash_release.journal import write_atomic
 from ansible.module_utils.dflash_release.manifest import MANIFEST, STATUS, ReleaseError
 
 
@@ -61,17 +61,7 @@ def write_file_atomic(path: str, text: str, mode: int = 0o644) -> bool:
                 return False
     except OSError:
         pass
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, text.encode("utf-8"), mode)
     return True
 
 

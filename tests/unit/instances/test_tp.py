@@ -130,14 +130,6 @@ def test_launch_flags():
     assert args[args.index("--tp-size") + 1] == "2"
 
 
-def test_secondary_rank_smoke_record():
-    assert tp.secondary_rank_record(["--port", "1"]) is None
-    assert tp.secondary_rank_record(["--node-rank", "0"]) is None
-    rec = tp.secondary_rank_record(["--nnodes", "2", "--node-rank=1"])
-    assert rec["passed"] and rec["node_rank"] == 1 and rec["generation"]["completion_tokens"] == 0
-    assert "health only" in rec["generation"]["via"]
-
-
 # --------------------------------------------------------------------------- rules on real topologies
 
 def plan(instance, fp):

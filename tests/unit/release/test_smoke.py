@@ -384,3 +384,11 @@ def test_says_ready_reads_sglangs_and_the_stand_ins_line():
     text = (root / "tests/fixtures/logs/unknown/h200-openai-harmony-caught-then-ready.log").read_text()
     assert says_ready(text) and says_ready("x\nThe server is fired up and ready to roll! (lab stand-in: serving)\n")
     assert not says_ready(text.split("The server is fired up")[0]) and not says_ready("")
+
+
+def test_secondary_rank_smoke_record():
+    assert s.secondary_rank_record(["--port", "1"]) is None
+    assert s.secondary_rank_record(["--node-rank", "0"]) is None
+    rec = s.secondary_rank_record(["--nnodes", "2", "--node-rank=1"])
+    assert rec["passed"] and rec["node_rank"] == 1 and rec["generation"]["completion_tokens"] == 0
+    assert "health only" in rec["generation"]["via"]
