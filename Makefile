@@ -52,6 +52,7 @@ lint: controller
 	@echo "== yamllint"; yamllint -s .
 	@echo "== ruff"; ruff check .
 	@echo "== argument_specs mirror defaults"; python scripts/check_argument_specs.py
+	@echo "== module_utils: no import circle"; python scripts/module_graph.py check
 
 unit: controller
 	pytest -q

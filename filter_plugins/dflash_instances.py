@@ -1,4 +1,4 @@
-"""Jinja filters of the instances stage: thin wrappers over module_utils/dflash_instances.py."""
+"""Jinja filters of the instances stage: thin wrappers over module_utils/dflash_instances/."""
 
 from __future__ import annotations
 

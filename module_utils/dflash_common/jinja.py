@@ -1,8 +1,8 @@
 """What the Jinja filters in filter_plugins/ share (controller side only).
 
-Pure functions, no Ansible import. Each filter plugin puts module_utils/ on sys.path itself (Ansible
-loads a plugin file by path under a generated module name, so nothing of the repository is
-importable before that), then imports from here.
+Pure functions, no Ansible import. Each filter plugin adds the repository's module_utils/ to the package path of
+ansible.module_utils itself (Ansible loads a plugin file by path under a generated module name, so nothing of the
+repository is importable before that), then imports from here (docs/design.md, "Import path").
 """
 
 from __future__ import annotations

@@ -566,7 +566,7 @@ def test_missing_wheels_and_one_tar_push(tmp_path, wheels):
 
 
 def test_a_uv_option_is_one_row_prerelease():
-    """The layer field added in one place (dflash_overlay.UV_OPTIONS) as README's demonstration:
+    """The layer field added in one place (dflash_layers/overlay.py UV_OPTIONS) as README's demonstration:
     checked, part of the hash only where set (existing layers keep theirs), in the lock key and in uv's argv."""
     from ansible.module_utils.dflash_layers import overlay as O
 

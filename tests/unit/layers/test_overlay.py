@@ -1,4 +1,4 @@
-"""The computed overlay (dflash_overlay) and the combined environment's consistency check
+"""The computed overlay (dflash_layers/overlay.py) and the combined environment's consistency check
 (dflash_consistency), with the real uv against wheels written here (no network).
 
 The base plays the seeds' training venv; the overlay needs part of what it has: only the rest may
