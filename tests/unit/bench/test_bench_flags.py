@@ -1,5 +1,5 @@
 """A temporary instance's command line from the release's instance: the H200 release's real manifest
-(bench/gpu/results/2026-11-30-e2e2/manifest.json, deployed by bench/gpu/e2e.sh)."""
+(gpu-harness/records/2026-11-30-e2e2/manifest.json, deployed by gpu-harness/e2e.sh)."""
 
 import json
 import pathlib
@@ -9,7 +9,7 @@ from dflash_bench import flags as fl
 from dflash_bench import matrix as mx
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-MANIFEST = json.loads((ROOT / "bench/gpu/results/2026-11-30-e2e2/manifest.json").read_text())
+MANIFEST = json.loads((ROOT / "gpu-harness/records/2026-11-30-e2e2/manifest.json").read_text())
 BASE = dict(MANIFEST["instances"]["h200-dflash"], name="h200-dflash")
 
 

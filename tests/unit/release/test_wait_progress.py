@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
 # real sglang 0.5.11 start-up of the toolkit's DFLASH unit on the H200 (the runner's log of the unit)
 # the H200's recorded start-up log, kept xz-compressed with the run's other raw logs
-H200_LOG = ROOT / "bench" / "gpu" / "results" / "2026-11-30-e2e2" / "server-startup.log.xz"
+H200_LOG = ROOT / "gpu-harness" / "records" / "2026-11-30-e2e2" / "server-startup.log.xz"
 
 
 def h200_log() -> str:
