@@ -1,9 +1,10 @@
 """sglang's GDN verify kernel on the GPU: the wheel's against the series' (patches 0108, 0109), by shape.
 
-Recorded runs: gpu-harness/records/2026-12-03-ddtree-build-kernel/call8-gdn-chain-check/ (`run` at 35291e1, whose
+Recorded runs (raw.tar.xz of each record): gpu-harness/records/2026-12-03-ddtree-build-kernel, call8-gdn-chain-check/
+(`run` at 35291e1, whose
 series had a first 0108: the parent reload skipped on a chain step; no gain, reverted; that run timed an eager
 loop of launches, which measures the Python launcher more than the kernel) and
-gpu-harness/records/2026-12-03-ddtree-width/call9-gdn-sweep-graphs/ (`sweep`: the value block of today's 0108).
+gpu-harness/records/2026-12-03-ddtree-width, call9-gdn-sweep-graphs/ (`sweep`: the value block of today's 0108).
 Both now time launches replayed from a CUDA graph.
 
   prepare (here, no GPU): the pinned wheel's fla/fused_sigmoid_gating_recurrent.py as it ships

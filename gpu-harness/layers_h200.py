@@ -4,16 +4,19 @@ markers and the base's description into artifacts/): what the overlay installed,
 machine's torch venv, bytes against the full closure, build time; and the difference with the
 hand-written 62-wheel list it replaces (gpu-harness/overlay-wheels-hand-written.txt).
 
-usage: gpu-harness/layers_h200.py RESULTS_DIR [--out gpu-harness/records/layers_h200.md] [--hand-written LIST]
-  RESULTS_DIR: an unpacked e2e-results.tgz (gpu-harness/records/<date>-layers/)
+usage: gpu-harness/layers_h200.py RESULTS [--out gpu-harness/records/layers_h200.md] [--hand-written LIST]
+  RESULTS: a record folder (gpu-harness/records/<date>-<what>/, its raw.tar.xz read in place) or an
+  unpacked e2e-results.tgz
 CPU dry run: tests/harness/test_layers_h200.py builds a computed overlay over an existing venv with the
 role's code, lays its marker out as e2e.sh does and checks what this script prints.
 """
 import argparse
+import fnmatch
 import glob
 import json
 import os
 import re
+import tarfile
 
 HAND_WRITTEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "overlay-wheels-hand-written.txt")
 
@@ -22,6 +25,20 @@ def hand_written(path=HAND_WRITTEN):
     """Project names of the hand-written overlay list it replaces (62 wheels)."""
     with open(path, encoding="utf-8") as fh:
         return {re.sub(r"[-_.]+", "-", ln.split("-")[0]).lower() for ln in fh if ln.strip() and not ln.startswith("#")}
+
+
+def read_markers(results):
+    """The layers' markers (artifacts/layers/*.json) of a results folder, or of the raw.tar.xz of a record."""
+    archive = os.path.join(results, "raw.tar.xz")
+    if os.path.isfile(archive):
+        with tarfile.open(archive, mode="r:xz") as tar:
+            return [json.load(tar.extractfile(m)) for m in sorted(tar.getmembers(), key=lambda m: m.name)
+                    if m.isfile() and fnmatch.fnmatch(m.name, "*layers/*.json")]
+    markers = []
+    for path in sorted(glob.glob(os.path.join(results, "**/layers/*.json"), recursive=True)):
+        with open(path, encoding="utf-8") as fh:
+            markers.append(json.load(fh))
+    return markers
 
 
 def mib(n):
@@ -34,10 +51,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--hand-written", default=HAND_WRITTEN, help="the wheel list compared with")
     a = ap.parse_args()
-    markers = []
-    for path in sorted(glob.glob(os.path.join(a.results, "**/layers/*.json"), recursive=True)):
-        with open(path, encoding="utf-8") as fh:
-            markers.append(json.load(fh))
+    markers = read_markers(a.results)
     overlays = [m for m in markers if m.get("parent") and "installed" in m]
     if not overlays:
         raise SystemExit(f"{a.results}: no computed overlay marker under artifacts/layers/")

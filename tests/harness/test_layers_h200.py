@@ -4,6 +4,7 @@ code (real uv, wheels written here), its marker laid out as gpu-harness/e2e.sh c
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,16 @@ def test_summary_of_a_recorded_overlay(tmp_path):
     assert ("computed and hand-written both: 1; only computed: dfl-new, dfl-top; only hand-written: dfl-gone."
             in printed)
     assert "Installed: dfl-b==2.0, dfl-new==1.0, dfl-top==1.0" in printed
+    # the same run kept as a record (README.md + raw.tar.xz, gpu-harness/pack_record.py): read in place
+    record = tmp_path / "records" / "2026-12-01-e2e-deploy"
+    shutil.copytree(tmp_path / "results", record)
+    (record / "README.md").write_text("# the run\n")
+    subprocess.run([sys.executable, str(SCRIPT.with_name("pack_record.py")), str(record)], check=True,
+                   capture_output=True)
+    assert sorted(p.name for p in record.iterdir()) == ["README.md", "raw.tar.xz"]
+    from_record = subprocess.run([sys.executable, str(SCRIPT), str(record), "--hand-written", str(hand)],
+                                 capture_output=True, text=True, check=True).stdout
+    assert from_record.splitlines()[3:] == printed.splitlines()[3:] and str(record) in from_record.splitlines()[2]
 
 
 def test_no_marker_is_a_clear_error(tmp_path):

@@ -10,9 +10,10 @@ import pytest
 from dflash_bench import matrix as mx
 from dflash_bench import plan as bp
 from dflash_bench.flags import get_flag
+from gpu_records import record_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-MANIFEST = json.loads((ROOT / "gpu-harness/records/2026-11-30-e2e2/manifest.json").read_text())
+MANIFEST = json.loads(record_file("2026-11-30-e2e2", "manifest.json"))  # the H200 release (gpu-harness/e2e.sh)
 IDLE = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(ROOT / "tests/fixtures/captures/h200"))
 BUSY = dflash_fingerprint.merge.fingerprint_from_raw(dflash_fingerprint.collect.read_capture(ROOT / "tests/fixtures/captures/h200-busy-foreign"))
 LISTENERS = [{"port": 30001, "addr": "0.0.0.0", "pid": 1234}, {"port": 30100, "addr": "127.0.0.1", "pid": 99}]
