@@ -2,7 +2,8 @@
 
 Used by gpu-harness/ddtree_e2e.py (speed) and gpu-harness/ddtree_lossless.py (lossless checks). Every
 server starts in its own process session and stop_all() ends each session (TERM, then KILL after
-a bounded grace), so no call leaves a server holding the GPU.
+a bounded grace), so no call leaves a server holding the GPU; each is registered for
+gpu-harness/stop_servers.py too, which ends what a cut-short run left.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+
+import stop_servers
 
 # What a request to a server that is not (or no longer) answering HTTP raises: refused or reset
 # connections, timeouts, bad JSON, and whatever else holds the port while the server starts (an H200
@@ -75,6 +78,7 @@ class Server:
         with open(self.log_path, "w") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)  # fmt: skip
+        stop_servers.register(self.proc.pid, f"ddtree-{self.name}")
         pids = os.environ.get("DDTREE_PID_FILE")
         if pids:  # the .sh ends these process groups if a run is cut short (gpu-harness/ddtree_setup.sh)
             with open(pids, "a") as fh:
@@ -176,6 +180,9 @@ def stop_all(servers, grace_s=15):
                 os.killpg(s.proc.pid, signal.SIGKILL)
             except OSError as e:
                 print(f"[{s.name}] kill: {e}", flush=True)
+    for s in servers:
+        if s.proc is not None:
+            stop_servers.unregister(f"ddtree-{s.name}")
 
 
 def write_oracle(path, reference, ranks, topk=None):

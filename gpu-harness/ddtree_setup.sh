@@ -27,6 +27,9 @@ pack_logs() {
 }
 trap pack_logs EXIT
 export DDTREE_PID_FILE="$WORK/server-pids"
+# every server is registered for gpu-harness/stop_servers.py too (bash gpu-harness/stop_all.sh ends them);
+# a CPU dry run keeps its registry in $WORK (/run is root's)
+[ -z "${DRYRUN:-}" ] || export GPU_HARNESS_RUN=${GPU_HARNESS_RUN:-$WORK/registry}
 if [ -s "$DDTREE_PID_FILE" ]; then
   while read -r pid; do
     [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && echo "[setup] ended leftover server group $pid" || true

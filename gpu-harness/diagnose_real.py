@@ -26,6 +26,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "module_utils"))
 
 from dflash_diagnose.engine import diagnose_text
 
+sys.path.insert(0, HERE)
+import stop_servers
+
 PY = sys.executable
 
 # sitecustomize snippets put first on PYTHONPATH of one scenario
@@ -114,6 +117,7 @@ def hog_gpu(keep_free_gib: float) -> subprocess.Popen:
         time.sleep(3600)
     ''')
     proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    stop_servers.register(proc.pid, "diagnose-hog")
     proc.stdout.readline()
     return proc
 
@@ -142,6 +146,7 @@ def run_one(sc: dict, models: str, out: str, deadline: float) -> dict:
     with open(log_path, "w") as log:
         proc = subprocess.Popen([PY, "-m", "sglang.launch_server", *args], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+        stop_servers.register(proc.pid, f"diagnose-{sc['name']}")
         state = "timeout"
         while time.monotonic() - t0 < limit:
             if proc.poll() is not None:
@@ -168,10 +173,12 @@ def run_one(sc: dict, models: str, out: str, deadline: float) -> dict:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+    stop_servers.unregister(f"diagnose-{sc['name']}")
     for h in helpers:
         if isinstance(h, subprocess.Popen):
             os.killpg(h.pid, signal.SIGKILL)
             h.wait()
+            stop_servers.unregister("diagnose-hog")
         else:
             h.close()
     with open(log_path, errors="replace") as fh:

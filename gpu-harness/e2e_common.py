@@ -14,6 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "module_utils"))
 import dflash_runner
 
+sys.path.insert(0, str(ROOT / "gpu-harness"))
+import stop_servers
+
 CURRENT = pathlib.Path(os.environ.get("DFLASH_CURRENT", "/opt/dflash/current"))  # overridable for a CPU dry run
 
 
@@ -64,6 +67,7 @@ class Server:
             self.t0 = time.time()
             self.proc = subprocess.Popen(argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        stop_servers.register(self.proc.pid, f"e2e-{self.name}")
         return self
 
     def text(self):
@@ -103,6 +107,7 @@ class Server:
         pidfile.write_text(str(self.proc.pid))
         dflash_runner.stop(str(pidfile), timeout=30)
         self.proc.poll()
+        stop_servers.unregister(f"e2e-{self.name}")
 
 
 def post(port, path, body, timeout=300):

@@ -40,6 +40,8 @@ class LaunchedProc(smoke_real.Proc):
             self.p = subprocess.Popen([sys.executable, LAUNCH, "-m", "sglang.launch_server", *args],
                                       env=dict(os.environ, DFLASH_API_KEY=KEY), stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.name = name
+        smoke_real.stop_servers.register(self.p.pid, f"smoke-{name}")
 
 
 def status(path, key=None):

@@ -24,6 +24,9 @@ sys.path.insert(0, os.path.join(REPO, "module_utils"))
 import dflash_diagnose.engine
 import dflash_smoke
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stop_servers
+
 OUT = sys.argv[1]
 MODELS = os.path.join(OUT, "models")
 
@@ -53,6 +56,8 @@ class Proc:
         with open(self.log_path, "w") as log:
             self.p = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args], env=env, stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.name = name
+        stop_servers.register(self.p.pid, f"smoke-{name}")
 
     def show(self, _unit):
         rc = self.p.poll()
@@ -70,6 +75,7 @@ class Proc:
                 os.killpg(self.p.pid, signal.SIGKILL)
             except OSError as exc:
                 print(f"[smoke] kill: {exc}", flush=True)
+        stop_servers.unregister(f"smoke-{self.name}")
 
 
 def wait(proc, port, timeout):
