@@ -34,11 +34,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_memory
 from ddtree_servers import (
     HTTP_ERRORS,
     Server,
     passed_env,
     read_text,
+    size_for_gpu,
     start_staggered,
     stop_all,
     wait_healthy,
@@ -58,6 +60,7 @@ REPEATS = int(os.environ.get("DDTREE_REPEATS", "5"))  # 3 rounds showed ratio sp
 # tokens per request in the tok/s rounds (and the oracle's reference): one round of 3 x 256 tokens lasts
 # under a second per server at batch 1, and its tok/s varied by up to 30% between rounds (2026-12-03)
 NEW_TOKENS = int(os.environ.get("DDTREE_E2E_TOKENS", "256"))
+MAX_TOTAL_TOKENS = 40000  # each server's KV cap at 8 running requests (gpu_memory steps it down with them)
 # the phases that make one decode step (SGLANG_DFLASH_STEP_TIMING): their sum per step is the step's time
 STEP_PHASES = ("prepare_ms", "target_ms", "verify_ms", "draft_append_ms")
 
@@ -159,9 +162,10 @@ def bench_servers(model, port, work, out, walk_ab=False, dflash32=False):
     DDTREE_WALK_GRAPH=1 in this script's environment turns the walk graph on for every DDTREE server."""
     models = os.path.join(work, "models")
     target, draft = ("target", "draft") if model == "dense" else ("hybrid", "hybrid-draft")
+    # --mem-fraction-static and the request/KV knobs: sized for the GPU at run time (size_for_gpu, gpu_memory)
     base = ["--model-path", os.path.join(models, target), "--load-format", "dummy", "--skip-tokenizer-init",
-            "--attention-backend", "triton", "--context-length", "4096", "--mem-fraction-static", "0.08",
-            "--max-total-tokens", "40000", "--max-running-requests", "8", "--cuda-graph-max-bs", "4",
+            "--attention-backend", "triton", "--context-length", "4096",
+            "--max-total-tokens", str(MAX_TOTAL_TOKENS), "--max-running-requests", "8", "--cuda-graph-max-bs", "4",
             "--log-level", "info", "--disable-piecewise-cuda-graph"]  # fmt: skip
     spec = ["--mamba-scheduler-strategy", "extra_buffer"] if model == "hybrid" else []
     oracle = os.path.join(work, f"oracle-{model}.json")
@@ -180,15 +184,15 @@ def bench_servers(model, port, work, out, walk_ab=False, dflash32=False):
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-topk", "8"]
     return [
         Server(f"{model}-t15", port + 20, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out, work,
-               env(f"{model}-t15", "0" if walk_ab else walk_all), budget=15),
+               env(f"{model}-t15", "0" if walk_ab else walk_all), budget=15, family=model),
         Server(f"{model}-dflash", port + 40, [*base, *spec, *d16, "--speculative-algorithm", "DFLASH"], out, work,
-               env(f"{model}-dflash")),
+               env(f"{model}-dflash"), family=model),
         Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,
-               env(f"{model}-t31", walk_all), budget=31, block=32),
+               env(f"{model}-t31", walk_all), budget=31, block=32, family=model),
         *([Server(f"{model}-t15w", port + 80, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out,
-                  work, env(f"{model}-t15w", walk="1"), budget=15)] if walk_ab else []),
+                  work, env(f"{model}-t15w", walk="1"), budget=15, family=model)] if walk_ab else []),
         *([Server(f"{model}-dflash32", port + 100, [*base, *spec, *d32, "--speculative-algorithm", "DFLASH"], out,
-                  work, env(f"{model}-dflash32"), block=32)] if dflash32 else []),
+                  work, env(f"{model}-dflash32"), block=32, family=model)] if dflash32 else []),
     ]  # fmt: skip
 
 
@@ -291,6 +295,14 @@ def run(args):
 
     def up(s):
         return s.healthy_after is not None and s.alive()
+
+    # every server's memory from the GPU's now (gpu_memory): a layout that cannot fit stops here, nothing started
+    try:
+        summary["gpu_memory"] = vars(size_for_gpu(servers, MAX_TOTAL_TOKENS))
+    except gpu_memory.MemoryPlanError as exc:
+        summary["error"] = str(exc)
+        save()
+        raise SystemExit(f"[run] {exc}") from None
 
     # servers must be healthy by deadline - 120; on a fresh machine the first take 90-150 s (record
     # 2026-12-03-ddtree-width, call 8: a 285 s budget left 85 s and measured nothing)

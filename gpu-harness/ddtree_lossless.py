@@ -52,10 +52,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_memory
 from ddtree_servers import (
     HTTP_ERRORS,
     Server,
     passed_env,
+    size_for_gpu,
     start_staggered,
     stop_all,
     wait_healthy,
@@ -86,6 +88,7 @@ QUICK_EXTRA = tuple(x for x in os.environ.get("LOSSLESS_QUICK_EXTRA", "").split(
 MARGINS = (45, 38, 28, 60, 10) if QUICK else (160, 140, 80, 60, 30)
 RANKS_BRANCH = [0, 1, 0, 0, 0, 0, 0, 0]  # depth 2 through the 2nd child: DFLASH 1, DDTREE b15 3 drafts/step
 BREAKS = {"dense": ["kv"], "hybrid": ["state", "kv"]}
+MAX_TOTAL_TOKENS = 24000  # each server's KV cap at 8 running requests (gpu_memory steps it down with them)
 
 
 def matrix(level):
@@ -101,8 +104,9 @@ def key(kind, prompt, n):
 def servers_for(model, base_port, work, out, models_dir, fp32=False):
     m = os.path.join(models_dir, f"{model}-rw")
     d = os.path.join(models_dir, f"{model}-rw-draft")
+    # --mem-fraction-static and the request/KV knobs: sized for the GPU at run time (size_for_gpu, gpu_memory)
     base = ["--model-path", m, "--dtype", "bfloat16", "--skip-tokenizer-init", "--attention-backend", "triton",
-            "--context-length", "4096", "--mem-fraction-static", "0.06", "--max-total-tokens", "24000",
+            "--context-length", "4096", "--max-total-tokens", str(MAX_TOTAL_TOKENS),
             "--max-running-requests", "8", "--cuda-graph-max-bs", "4", "--log-level", "info",
             "--disable-piecewise-cuda-graph"]  # fmt: skip  (prefill graphs: start-up time, no decode effect)
     spec = ["--speculative-draft-model-path", d, "--speculative-draft-load-format", "dummy"]
@@ -125,16 +129,18 @@ def servers_for(model, base_port, work, out, models_dir, fp32=False):
         base, env, senv = base32, dict(env32), dict(senv, **env32)
     refs32 = [] if fp32 else [
         Server(f"{model}-ref32", p + 100, [*base32, "--disable-radix-cache", "--disable-cuda-graph"], out, work, env32,
-               spec=False)]  # fmt: skip
+               spec=False, family=f"{model}-rw")]  # fmt: skip
     return [
-        Server(f"{model}-ref", p, [*base, "--disable-radix-cache", "--disable-cuda-graph"], out, work, env, spec=False),
+        Server(f"{model}-ref", p, [*base, "--disable-radix-cache", "--disable-cuda-graph"], out, work, env, spec=False,
+               family=f"{model}-rw"),
         Server(f"{model}-t15", p + 20, [*base, *spec, *tree], out, work,
-               dict(senv, SGLANG_DDTREE_TEST_BREAK=os.path.join(work, f"break-{model}")), budget=15),
-        Server(f"{model}-dflash", p + 40, [*base, *spec, "--speculative-algorithm", "DFLASH"], out, work, senv),
+               dict(senv, SGLANG_DDTREE_TEST_BREAK=os.path.join(work, f"break-{model}")), budget=15, family=f"{model}-rw"),
+        Server(f"{model}-dflash", p + 40, [*base, *spec, "--speculative-algorithm", "DFLASH"], out, work, senv,
+               family=f"{model}-rw"),
         Server(f"{model}-t15ng", p + 60, [*base, *spec, *tree, "--disable-cuda-graph"], out, work, senv, budget=15,
-               level="light"),
+               level="light", family=f"{model}-rw"),
         Server(f"{model}-sl15", p + 80, [*base, *spec, *tree, "--speculative-ddtree-mode", "shadow-linear"], out, work,
-               senv, budget=15, mode="shadow-linear", level="light"),
+               senv, budget=15, mode="shadow-linear", level="light", family=f"{model}-rw"),
         *refs32,
     ]  # fmt: skip
 
@@ -290,6 +296,14 @@ def run(args):
         summary["elapsed_s"] = round(time.time() - t_begin, 1)
         write_compact_json(os.path.join(out, "summary.json"), summary)
         write_markdown(summary, os.path.join(out, "summary.md"))
+
+    # every server's memory from the GPU's now (gpu_memory): a layout that cannot fit stops here, nothing started
+    try:
+        summary["gpu_memory"] = vars(size_for_gpu(servers, MAX_TOTAL_TOKENS))
+    except gpu_memory.MemoryPlanError as exc:
+        summary["error"] = str(exc)
+        save()
+        raise SystemExit(f"[lossless] {exc}") from None
 
     try:
         start_staggered(order, deadline - MARGINS[0] - 20, per_server_s=30)

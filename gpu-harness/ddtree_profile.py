@@ -31,7 +31,16 @@ import urllib.request
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddtree_servers import HTTP_ERRORS, start_staggered, stop_all, wait_healthy, write_json, write_oracle
+from ddtree_servers import (
+    HTTP_ERRORS,
+    size_for_gpu,
+    start_staggered,
+    stop_all,
+    wait_healthy,
+    write_json,
+    write_oracle,
+)
+from gpu_memory import MemoryPlanError
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -186,6 +195,12 @@ def run(args):
     write_oracle(oracle, [], [])
     summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)), "model": args.model,
                "steps": args.steps, "servers": {}}  # fmt: skip
+    try:  # every server's memory from the GPU's now (gpu_memory); nothing starts when they cannot fit
+        summary["gpu_memory"] = vars(size_for_gpu(servers, ddtree_e2e.MAX_TOTAL_TOKENS))
+    except MemoryPlanError as exc:
+        summary["error"] = str(exc)
+        write_json(os.path.join(args.out, "summary.json"), summary)
+        raise SystemExit(f"[profile] {exc}") from None
     try:
         start_staggered(servers, deadline - 120)
         wait_healthy(servers, deadline - 90)

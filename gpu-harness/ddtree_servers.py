@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 
+import gpu_memory
 import stop_servers
 
 # What a request to a server that is not (or no longer) answering HTTP raises: refused or reset
@@ -54,11 +55,12 @@ class Server:
 
     args: everything after the port (model, draft, algorithm, flags). env: added to os.environ.
     budget/topk/block/level/mode describe it for the summary (the tree depth is the worker's
-    min(block - 1, budget))."""
+    min(block - 1, budget)). family: its model folder's kind (gpu_memory.MODELS), for size_for_gpu()."""
 
     def __init__(self, name, port, args, out, work, env=None, spec=True, level="full", budget=None, topk=8,
-                 block=16, mode="tree"):  # fmt: skip
-        self.name, self.port, self.spec, self.level = name, port, spec, level
+                 block=16, mode="tree", family=None):  # fmt: skip
+        self.name, self.port, self.spec, self.level, self.family = name, port, spec, level, family
+        self.static_mib = None  # set by size_for_gpu(): --mem-fraction-static is sized from it at start
         self.budget, self.topk, self.block, self.mode = budget, topk, block, mode
         self.depth_count = min(block - 1, budget) if budget else block - 1
         self.base = f"http://127.0.0.1:{port}"
@@ -71,7 +73,26 @@ class Server:
         self.error = None
         self.cmd = [sys.executable, "-m", "sglang.launch_server", "--port", str(port), *args]
 
+    @property
+    def verify_tokens(self):
+        """Tokens a speculative step verifies: budget + 1 for DDTREE, the block for DFLASH."""
+        return self.budget + 1 if self.budget else self.block
+
+    def set_arg(self, flag, value):
+        """Give flag this value in the command (appended when absent)."""
+        if flag in self.cmd:
+            self.cmd[self.cmd.index(flag) + 1] = value
+        else:
+            self.cmd += [flag, value]
+
     def start(self):
+        if self.static_mib is not None:  # its pool as a fraction of what is free now (gpu_memory.fraction)
+            try:
+                self.set_arg("--mem-fraction-static", str(gpu_memory.fraction(self.static_mib, gpu_memory.query()[1])))
+            except (gpu_memory.MemoryPlanError, OSError, subprocess.SubprocessError, ValueError) as exc:
+                self.error = f"not started: {exc}"
+                print(f"[{self.name}] {self.error}", flush=True)
+                return
         env = dict(os.environ)
         env.update(self.env)
         self.t0 = time.time()
@@ -149,8 +170,23 @@ def start_staggered(servers, deadline, marker="Memory pool end", per_server_s=75
                 on_wait()
             time.sleep(0.5)
         if not s.alive():
-            s.error = f"exited during start, see {os.path.basename(s.log_path)}"
+            s.error = s.error or f"exited during start, see {os.path.basename(s.log_path)}"
             print(f"[{s.name}] {s.error}", flush=True)
+
+
+def size_for_gpu(servers, max_total_tokens, gpu=0):
+    """Size every server for the GPU they share (gpu_memory.plan): the request/KV knobs set in each command,
+    each one's static pool kept for its start. Returns the plan; raises gpu_memory.MemoryPlanError (nothing
+    started) when they cannot fit at once."""
+    total, free = gpu_memory.query(gpu)
+    plan = gpu_memory.plan(total, free, [{"name": s.name, "model": s.family, "args": s.cmd,
+                                          "verify_tokens": s.verify_tokens} for s in servers], max_total_tokens)
+    for s in servers:
+        for flag, value in plan.knobs(max_total_tokens).items():
+            s.set_arg(flag, value)
+        s.static_mib = plan.static_mib[s.name]
+    print(f"[memory] {plan.describe()}", flush=True)
+    return plan
 
 
 def wait_healthy(servers, deadline):

@@ -30,6 +30,9 @@ export DDTREE_PID_FILE="$WORK/server-pids"
 # every server is registered for gpu-harness/stop_servers.py too (bash gpu-harness/stop_all.sh ends them);
 # a CPU dry run keeps its registry in $WORK (/run is root's)
 [ -z "${DRYRUN:-}" ] || export GPU_HARNESS_RUN=${GPU_HARNESS_RUN:-$WORK/registry}
+# the servers' memory is sized from the GPU's (gpu-harness/gpu_memory.py, nvidia-smi); a CPU dry run sizes them
+# for an 80 GB H100's figures unless GPU_MEMORY_MIB=TOTAL,FREE says otherwise
+[ -z "${DRYRUN:-}" ] || export GPU_MEMORY_MIB=${GPU_MEMORY_MIB:-81559,80900}
 if [ -s "$DDTREE_PID_FILE" ]; then
   while read -r pid; do
     [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && echo "[setup] ended leftover server group $pid" || true

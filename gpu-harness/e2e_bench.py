@@ -44,8 +44,8 @@ ap.add_argument("--deadline-s", type=float, default=560)
 ap.add_argument("--mode", choices=["sequential", "concurrent"], default="sequential")
 ap.add_argument("--only", default="", help="comma list of dflash-triton,none-triton,dflash-flashinfer,none-flashinfer")
 ap.add_argument("--mem-fraction", type=float, default=0.85,
-                help="--mem-fraction-static of each extra server (sglang subtracts (1 - f) x total from the memory it "
-                     "finds free, so beside the deployed instance a high fraction is the small one)")
+                help="--mem-fraction-static of each extra server: sglang takes that share of the memory free when "
+                     "the server starts (so it fits beside the deployed instance on any card)")
 a = ap.parse_args()
 t_start = time.time()
 name, env, args = deployed_instance()
