@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Build the GPU machine's carried wheelhouse: one .tar.xz (< 60 MB) of real wheels.
+"""Build the GPU machine's carried wheelhouse: one .tar.xz (< 60 MB) of real wheels, from a committed list.
 
 The GPU machine has no network. Its /opt/torch/.venv (torch 2.11.0+cu130) becomes the base layer;
 the overlay is installed by the toolkit with uv, offline, from the wheels in this archive.
 
-Which wheels: with --compute, exactly what the computed overlay needs on that machine. The overlay of
-the GPU inventory (dflash_layers_overlay, or the last of dflash_venv_layers) is resolved here against
-PyPI for the machine's interpreter, with the base's distributions (a description captured on the
-machine: gpu-harness/capture_base.sh) offered to the resolver, the same code the role runs there
-(module_utils/dflash_overlay.py): its closure less what the base has, each wheel fetched from the URL
-the resolution chose and checked against its sha256. --write-list records the list. Without --compute,
-WHEEL_LIST names the wheels (one file name or name==version a line).
+Which wheels: the list given, a tracked file. Each line is a wheel's URL with its sha256
+(`https://.../<file>.whl#sha256=<hex>`, the form pip also reads), fetched from there and checked, or a
+`name==version` (or a wheel's file name) that pip downloads. The overlay's list
+(gpu-harness/overlay-wheels.txt) is all URLs with hashes, so a commit builds the same wheelhouse every time;
+a build never writes a tracked file.
+
+--refresh LIST writes a new list, and only that: the overlay of the GPU inventory
+(dflash_layers_overlay, or the last of dflash_venv_layers) resolved now against PyPI for the machine's
+interpreter, with the base's distributions (a description captured on the machine:
+gpu-harness/capture_base.sh) offered to the resolver, the same code the role runs there
+(module_utils/dflash_overlay.py): its closure less what the base has. The list says what it was computed
+from (a digest of the overlay's spec and the base's description); a build warns when those have changed
+since. Commit the new list, then build from it. --list-only resolves and prints, writing nothing.
 
 The sglang-router wheel's Rust library is stripped of its symbol tables (`strip --strip-unneeded`,
 92 -> 72 MB unpacked; its RECORD row gets the new hash and size).
@@ -22,11 +28,11 @@ Consequence on SM 9.0: pass an explicit --attention-backend (triton or flashinfe
 default there (fa3) is not in the slimmed kernel wheel. All wheels are re-zipped uncompressed so
 that xz compresses the archive as a whole.
 
-usage: make_wheelhouse.py WHEEL_LIST OUT.tar.xz [--extra NAME==VER ...] [--keep DIST ...]
-       make_wheelhouse.py --compute LAYERS.yml --base BASE.json [--write-list FILE] [--list-only] OUT.tar.xz
-                          [--extra NAME==VER ...]
-       make_wheelhouse.py WHEEL_LIST .gpu/site.tar.xz --site     (also with --compute)
-(run it with a python3 that has pip, e.g. /usr/bin/python3: the uv-made controller venv has none)
+usage: make_wheelhouse.py WHEEL_LIST OUT.tar.xz [--site] [--extra NAME==VER ...] [--keep DIST ...]
+       make_wheelhouse.py --refresh LIST --compute LAYERS.yml --base BASE.json
+       make_wheelhouse.py --list-only --compute LAYERS.yml --base BASE.json
+(a list of URLs needs no pip; name==version lines and --extra do: then run it with a python3 that has pip,
+e.g. /usr/bin/python3, since the uv-made controller venv has none)
 
 --site builds the other carried file instead: the same wheels (slimmed alike) installed into one
 folder, the way `pip install --target` lays them out (purelib/platlib at the top, dist-info kept for
@@ -43,11 +49,13 @@ import io
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +72,8 @@ DROP = {
 }
 # members whose symbol tables go (the router's library: the wheel is otherwise too big to carry)
 STRIP = {"sglang_router": ["sglang_router/*.so"]}
+# what the overlay's list is computed from (its header's digest is checked against them at build time)
+LAYERS_YML, BASE_JSON = "inventory/gpu/group_vars/all/layers.yml", "gpu-harness/h200-base.json"
 # --site only: not importable without the wheel's RECORD-listed installer steps, unused by the harnesses
 SITE_DROP = ["_mscclpp*.so", "*/__pycache__/*"]
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 35)] + [
@@ -213,56 +223,146 @@ def fetch_locked(entries, dest):
         path = os.path.join(dest, e["filename"])
         WH.download_url(e["url"], path)
         if sha256_file(path) != e["sha256"]:
-            sys.exit(f"{e['filename']}: sha256 does not match the resolution's {e['sha256']}")
+            sys.exit(f"{e['filename']}: sha256 {sha256_file(path)} does not match the list's {e['sha256']} ({e['url']})")
+
+
+LOCKED = re.compile(r"^(?P<url>[a-z][a-z0-9+.-]*://\S+/(?P<filename>[^/#\s]+\.whl))#sha256=(?P<sha256>[0-9a-f]{64})$")
+INPUTS = re.compile(r"^# computed from: .* \(inputs sha256 (?P<digest>[0-9a-f]{64})\)$")
+
+
+def read_list(path):
+    """(locked entries [{filename, url, sha256}], pip specs, the inputs digest its header names or None)."""
+    locked, specs, digest = [], [], None
+    with open(path, encoding="utf-8") as fh:
+        for n, raw in enumerate(fh, 1):
+            line = raw.strip()
+            m = INPUTS.match(line)
+            if m:
+                digest = m.group("digest")
+            if not line or line.startswith("#"):
+                continue
+            m = LOCKED.match(line)
+            if m:
+                locked.append(m.groupdict())
+            elif "://" in line:
+                raise ValueError(f"{path}:{n}: a URL line needs the wheel's hash: <url>/<file>.whl#sha256=<64 hex>")
+            elif line.endswith(".whl"):
+                dist, ver = line.split("-")[:2]
+                specs.append(f"{dist}=={ver}")
+            elif re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.+!-]+", line):
+                specs.append(line)
+            else:
+                raise ValueError(f"{path}:{n}: not a wheel URL with its sha256, a name==version or a wheel file name: "
+                                 f"{line!r}")
+    return locked, specs, digest
+
+
+def inputs_digest(layers_yml, base_json):
+    """sha256 of what a computed list depends on: the overlay's spec and the base's description (parsed, so
+    that comments and formatting do not count)."""
+    with open(base_json, encoding="utf-8") as fh:
+        base = json.load(fh)
+    data = {"overlay": gpu_overlay(layers_yml), "interpreter": base["interpreter"],
+            "distributions": base["distributions"]}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def format_list(entries, layers_yml, base_json, res):
+    """The list --refresh writes: a header saying how it was made and from what, then one URL#sha256 a line."""
+    head = [
+        "# The GPU overlay's wheels, each from its URL with its sha256: the input of every build",
+        "# (python3 gpu-harness/make_wheelhouse.py <this list> OUT.tar.xz). Written only by",
+        f"# python3 gpu-harness/make_wheelhouse.py --refresh <this list> --compute {rel(layers_yml)} --base {rel(base_json)}",
+        (f"# on {time.strftime('%Y-%m-%d', time.gmtime())}: the overlay's closure ({len(res['closure'])}) less what "
+         f"the base provides ({len(res['from_parent'])}), excluded projects left out."),
+        f"# computed from: {rel(layers_yml)} + {rel(base_json)} (inputs sha256 {inputs_digest(layers_yml, base_json)})",
+    ]
+    lines = [f"{e['url']}#sha256={e['sha256']}" for e in sorted(entries, key=lambda e: e["filename"])]
+    return "\n".join(head + lines) + "\n"
+
+
+def rel(path):
+    path = os.path.abspath(path)
+    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+
+
+def project(filename):
+    return re.sub(r"[-_.]+", "-", filename.split("-")[0]).lower()
+
+
+def changes(old, new):
+    """What a refresh changed, by project: ['+name ver', '-name ver', 'name old -> new']."""
+    def versions(entries):
+        return {project(e["filename"]): e["filename"].split("-")[1] for e in entries}
+    a, b = versions(old), versions(new)
+    out = [f"+{p} {b[p]}" for p in sorted(b.keys() - a.keys())] + [f"-{p} {a[p]}" for p in sorted(a.keys() - b.keys())]
+    out += [f"{p} {a[p]} -> {b[p]}" for p in sorted(a.keys() & b.keys()) if a[p] != b[p]]
+    return out
+
+
+def check_inputs(digest, layers_yml, base_json):
+    """A warning when the list's inputs have changed since it was computed, else None."""
+    try:
+        now = inputs_digest(layers_yml, base_json)
+    except (OSError, ImportError, ValueError, KeyError, SystemExit) as exc:
+        return f"cannot check the list's inputs ({exc})"
+    if now != digest:
+        return (f"{rel(layers_yml)} or {rel(base_json)} changed since this list was computed: the build follows the "
+                f"list; --refresh it to follow them")
+    return None
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("paths", nargs="+", help="WHEEL_LIST OUT.tar.xz, or OUT.tar.xz with --compute")
-    ap.add_argument("--compute", metavar="LAYERS_YML", help="resolve the GPU inventory's overlay for --base")
+    ap.add_argument("paths", nargs="*", help="WHEEL_LIST OUT.tar.xz")
+    ap.add_argument("--compute", metavar="LAYERS_YML", help="the GPU inventory's layers, for --refresh/--list-only")
     ap.add_argument("--base", metavar="BASE_JSON", help="the base venv described (gpu-harness/describe_venv.py)")
-    ap.add_argument("--write-list", metavar="FILE", help="with --compute: write the carried wheels' file names")
-    ap.add_argument("--list-only", action="store_true", help="with --compute: resolve and list, build nothing")
+    ap.add_argument("--refresh", metavar="LIST", help="resolve the overlay now and write LIST (nothing else)")
+    ap.add_argument("--list-only", action="store_true", help="with --compute: resolve and print, write nothing")
+    ap.add_argument("--write-list", metavar="FILE", help=argparse.SUPPRESS)
     ap.add_argument("--extra", action="append", default=[])
     ap.add_argument("--keep", action="append", default=None, help="distributions kept byte-identical")
     ap.add_argument("--site", action="store_true", help="an installed site folder (.tar.xz), not wheels")
     a = ap.parse_args()
-    if a.compute:
-        if not a.base or len(a.paths) != 1:
-            ap.error("--compute needs --base BASE_JSON and one path, OUT.tar.xz")
+    if a.write_list or (a.compute and not (a.refresh or a.list_only)):
+        ap.error("a build no longer resolves live (three pins moved in four days): it builds from the committed "
+                 "list, `make_wheelhouse.py gpu-harness/overlay-wheels.txt OUT.tar.xz`; to compute a new list: "
+                 "`make_wheelhouse.py --refresh gpu-harness/overlay-wheels.txt --compute LAYERS.yml --base BASE.json`, "
+                 "then commit it")
+    if a.refresh or a.list_only:
+        if not (a.compute and a.base) or a.paths:
+            ap.error("--refresh LIST / --list-only take --compute LAYERS_YML --base BASE_JSON and no other path")
         with tempfile.TemporaryDirectory() as tmp:
             entries, res = compute(a.compute, a.base, os.path.join(tmp, "resolve"))
-            names = sorted(e["filename"] for e in entries)
-            if a.write_list:
-                with open(a.write_list, "w", encoding="utf-8") as fh:
-                    fh.write(f"# The GPU overlay's wheels, computed (gpu-harness/make_wheelhouse.py --compute "
-                             f"{a.compute} --base {a.base}):\n# its closure ({len(res['closure'])}) less what the "
-                             f"base provides ({len(res['from_parent'])}), excluded projects left out.\n")
-                    fh.writelines(n + "\n" for n in names)
-            print("\n".join(names))
-            if a.list_only:
-                return
-            fetch_locked(entries, os.path.join(tmp, "raw"))
-            if a.extra:
-                download(a.extra, os.path.join(tmp, "raw"))
-            pack(os.path.join(tmp, "raw"), a.paths[0], a.keep, len(names) + len(a.extra), a.site)
+        if a.list_only:
+            print("\n".join(sorted(e["filename"] for e in entries)))
+            return
+        old = read_list(a.refresh)[0] if os.path.exists(a.refresh) else []
+        with open(a.refresh + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write(format_list(entries, a.compute, a.base, res))
+        os.replace(a.refresh + ".tmp", a.refresh)
+        diff = changes(old, entries)
+        print(f"{a.refresh}: {len(entries)} wheels; " + ("; ".join(diff) if diff else "no pin changed"))
         return
     if len(a.paths) != 2:
         ap.error("expected WHEEL_LIST OUT.tar.xz")
     wheel_list, out_path = a.paths
-    with open(wheel_list) as fh:
-        names = [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")]
-    specs = []
-    for n in names:
-        if n.endswith(".whl"):
-            dist, ver = n.split("-")[:2]
-            specs.append(f"{dist}=={ver}")
-        else:
-            specs.append(n)
+    try:
+        locked, specs, digest = read_list(wheel_list)
+    except ValueError as exc:
+        sys.exit(str(exc))
+    if digest:
+        layers, base = os.path.join(ROOT, LAYERS_YML), os.path.join(ROOT, BASE_JSON)
+        warning = check_inputs(digest, layers, base)
+        if warning:
+            print(f"WARNING: {wheel_list}: {warning}", file=sys.stderr)
     specs += a.extra
     with tempfile.TemporaryDirectory() as tmp:
-        download(specs, os.path.join(tmp, "raw"))
-        pack(os.path.join(tmp, "raw"), out_path, a.keep, len(specs), a.site)
+        raw = os.path.join(tmp, "raw")
+        fetch_locked(locked, raw)
+        if specs:
+            download(specs, raw)
+        pack(raw, out_path, a.keep, len(locked) + len(specs), a.site)
 
 
 def pack(raw, out_path, keep, count, site=False):
