@@ -2,7 +2,7 @@
 # Are dflash_instances' rendered command lines accepted by sglang 0.5.11's own argument parser?
 #
 # On the GPU machine (one H200), one call, ~2-4 minutes, no server is started:
-#   1. the sglang 0.5.11 bundle (.gpu/site.tar.xz: `python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site`) is unpacked,
+#   1. the sglang 0.5.11 bundle (site.tar.xz, carried first: gpu-harness/README.md, "Carrying the archives") is unpacked,
 #      the repository's patch series (files/patches/sglang/0.5.11) applied to a copy of its sglang
 #      with module_utils/dflash_tree/, and that tree put first on PYTHONPATH;
 #   2. config-only model folders at the seeds' paths (/dev/shm/Qwen3.6-27B, -DFlash: a tiny Qwen3
@@ -19,7 +19,7 @@
 #      (ServerArgs.__post_init__) in its own subprocess.
 # Results: $OUT/argparse/{cases.json,results.json,results.md,run.log}; exit 1 when a case is unexpected.
 #
-# Lead's command:  run(command="bash gpu-harness/argparse_check.sh", carry=[".gpu"], timeout_s=420)
+# Lead's command:  run(command="bash gpu-harness/argparse_check.sh", timeout_s=420)
 # Then commit $OUT/argparse/results.{md,json} + run.log as gpu-harness/records/argparse-<date>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +34,9 @@ echo "[argparse] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1) git=$(git
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader || true
 
 if [ ! -d "$SITE/sglang" ]; then
-  [ -f .gpu/site.tar.xz ] || { echo "[argparse] missing .gpu/site.tar.xz (carry it)"; exit 2; }
-  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz
+  . gpu-harness/carry.sh  # site.tar.xz: kept by the carry calls, or carried in this call (gpu-harness/README.md)
+  ARCHIVE=$(carried site.tar.xz) || exit 2
+  mkdir -p "$SITE" && tar -C "$SITE" -xJf "$ARCHIVE"
 fi
 
 # Patched tree: a full copy of the bundle's sglang with the series applied (pure python, no patch binary).

@@ -4,13 +4,11 @@
 # deployed in the call before (the machine must still be warm: same /opt/dflash, $HOME/ctl, /srv/models),
 # with the dense DFLASH instance h200-dflash (gpu-harness/h200-dflash.yml), the matrix's base:
 #
-#   run(command="STAGES=unpack bash gpu-harness/e2e.sh",
-#       carry=[".gpu/ctl-wheelhouse.tar.xz", ".gpu/wheelhouse.tar.xz.part1of2"], timeout_s=120)
+#   the carry calls of ctl-wheelhouse.tar.xz and wheelhouse.tar.xz (gpu-harness/README.md, "Carrying the archives"), then
 #   run(command='KEEP=1 DEPLOY_VARS=gpu-harness/h200-dflash.yml STAGES="deploy crosscheck" bash gpu-harness/e2e.sh',
-#       carry=[".gpu/wheelhouse.tar.xz.part2of2"], timeout_s=600)
+#       timeout_s=600)
 #   run(command="bash gpu-harness/bench_matrix.sh", timeout_s=600)        # within 30 s of the one before
 # (KEEP=1 bash gpu-harness/bench_matrix.sh to run it again in a further call; the last call stops every server)
-# (the parts: python3 gpu-harness/split_carry.py .gpu/wheelhouse.tar.xz 2)
 #
 # The matrix: gpu-harness/bench_h200.yml. Everything comes back as $OUT/bench-results.tgz (the run folder:
 # run.json, cells/*.json, results.csv, report.md, report.tex; charts and the PDF when matplotlib and

@@ -4,10 +4,10 @@
 # set by the test-only oracle; verify-step phases, matched-acceptance tok/s in repeated rounds, a non-first
 # branch (gpu-harness/ddtree_e2e.py says what is measured). The lossless check is gpu-harness/ddtree_lossless.sh.
 # Command (the lead's, or #13's):
-#   run(command="bash gpu-harness/ddtree_e2e.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
-#   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
-#   keeps it and runs nothing, then .part2of2; split by gpu-harness/split_carry.py .gpu/site.tar.xz 2)
-# .gpu/site.tar.xz: `python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site`
+#   run(command="bash gpu-harness/ddtree_e2e.sh", timeout_s=600)
+#   once site.tar.xz is on the machine (gpu-harness/README.md, "Carrying the archives"):
+#   `python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site` here, then the
+#   carry calls `python3 gpu-harness/split_carry.py plan .gpu/site.tar.xz` prints
 # DDTREE_E2E_DFLASH32=1: one more server per model, DFLASH on the 32-block draft (verifies 32 tokens a step, as
 # b31 does): the control that tells the verify width's cost from the tree's. DDTREE_E2E_TOKENS: tokens per
 # request in the tok/s rounds (256). DDTREE_REPEATS: rounds (5).

@@ -3,9 +3,8 @@
 # dense targets with real random weights in float32; DDTREE tree / shadow-linear and DFLASH against no
 # speculation, with both controls (gpu-harness/ddtree_lossless.py says what is checked).
 # Command (the lead's, or #13's):
-#   run(command="bash gpu-harness/ddtree_lossless.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
-#   (when the bundle and the tree pass 64 MiB: carry .gpu/site.tar.xz.part1of2 in a first short call, which
-#   keeps it and runs nothing, then .part2of2; split by gpu-harness/split_carry.py .gpu/site.tar.xz 2)
+#   run(command="bash gpu-harness/ddtree_lossless.sh", timeout_s=600)
+#   once site.tar.xz is on the machine (gpu-harness/README.md, "Carrying the archives"; as for gpu-harness/ddtree_e2e.sh)
 # Results: $OUT/ddtree-lossless/{summary.md,summary.json,tree.json,logs.tar.xz}.
 # LOSSLESS_DTYPE=float32: every server (the speculative ones too) in float32 through gpu-harness/fp32_shim, the
 #   float32 no-speculation server as the reference (ids must equal its ids; epsilon 0.01 nats); default bfloat16

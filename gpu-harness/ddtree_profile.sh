@@ -1,8 +1,8 @@
 #!/bin/bash
 # Where a decode step's time goes, DFLASH vs DDTREE b15 at matched acceptance, under sglang's torch profiler,
 # on the GPU machine (one H200), one call: gpu-harness/ddtree_profile.py says what is reduced from the traces.
-#   run(command="bash gpu-harness/ddtree_profile.sh", carry=[".gpu/site.tar.xz"], timeout_s=600)
-#   (the bundle in parts as for gpu-harness/ddtree_e2e.sh when it does not fit beside the tree)
+#   run(command="bash gpu-harness/ddtree_profile.sh", timeout_s=600)
+#   once site.tar.xz is on the machine (gpu-harness/README.md, "Carrying the archives"; as for gpu-harness/ddtree_e2e.sh)
 # Env: MODEL (hybrid | dense, default hybrid), DDTREE_PROFILE_T31=1 (DDTREE b31 profiled too),
 # DDTREE_PROFILE_STEPS (default 24), BUDGET_S (default 575),
 #   DDTREE_PROFILE_WALK_AB=1 (t15 walks eagerly, SGLANG_DDTREE_WALK_GRAPH=0, and a third server, t15w, with

@@ -2,10 +2,9 @@
 # Sourced by gpu-harness/ddtree_e2e.sh and gpu-harness/ddtree_lossless.sh on the GPU machine (one H200):
 #   1. ends the server process groups an earlier run of these scripts left (their ids are in
 #      $WORK/server-pids, written at each start; nothing else is touched);
-#   2. unpacks .gpu/site.tar.xz (sglang 0.5.11 and what the image lacks, built by
-#      `python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site`; carry it,
-#      or when it does not fit beside the tree, `python3 gpu-harness/split_carry.py .gpu/site.tar.xz 2` and
-#      carry .gpu/site.tar.xz.part1of2 in one call, .part2of2 in the next, the machine still warm);
+#   2. unpacks site.tar.xz (sglang 0.5.11 and what the image lacks, built by
+#      `python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site` and
+#      carried to the machine as gpu-harness/README.md says, "Carrying the archives": gpu-harness/carry.sh);
 #   3. copies the wheel's sglang, applies files/patches/sglang/0.5.11/series (module_utils/dflash_tree/)
 #      and writes the model folders (gpu-harness/make_models.py; weights for $WEIGHTS: make_weights.py);
 #   4. exports PYTHONPATH (patched tree first) and the pid file for gpu-harness/ddtree_servers.py.
@@ -42,15 +41,14 @@ if [ -s "$DDTREE_PID_FILE" ]; then
 fi
 : >"$DDTREE_PID_FILE"
 if [ ! -d "$SITE/sglang" ]; then
-  # the bundle beside the tree can pass one call's 64 MiB: then it comes in parts over warm calls
-  # (python3 gpu-harness/split_carry.py .gpu/site.tar.xz 2), kept in $HOME/wh/parts and joined here
-  . "$(dirname "${BASH_SOURCE[0]}")/join_parts.sh" && join_parts "$HOME/wh/parts" "$HOME/wh"
-  ARCHIVE=.gpu/site.tar.xz; [ -f "$ARCHIVE" ] || ARCHIVE=$HOME/wh/site.tar.xz
-  if [ ! -f "$ARCHIVE" ]; then
-    if ls "$HOME"/wh/parts/site.tar.xz.part* >/dev/null 2>&1; then
+  # kept by the carry calls (gpu-harness/carry.sh), or carried in this call, whole or as its last part
+  . "$(dirname "${BASH_SOURCE[0]}")/carry.sh"
+  keep_carried
+  if ! ARCHIVE=$(carried site.tar.xz 2>/dev/null); then
+    if ls "$WH"/parts/site.tar.xz.part* >/dev/null 2>&1; then
       echo "[setup] site.tar.xz parts kept; nothing run: call again, carrying the next part"; trap - EXIT; exit 0
     fi
-    echo "[setup] missing .gpu/site.tar.xz (carry it, or its parts; see the header)"; exit 2
+    echo "[setup] missing site.tar.xz: carry it first (gpu-harness/README.md, \"Carrying the archives\")"; exit 2
   fi
   mkdir -p "$SITE" && tar -C "$SITE" -xJf "$ARCHIVE"
   # the bundle has no bytecode: without this every server compiles sglang's imports itself (about a

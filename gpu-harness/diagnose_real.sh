@@ -14,8 +14,8 @@
 # Results: $OUT/diagnose/{results.md,results.json,<scenario>.log,run.log}. The logs are real 0.5.11
 # output: commit them under tests/fixtures/logs/<cause>/h200-<scenario>.log with the run's date.
 #
-# Lead's command:  run(command="bash gpu-harness/diagnose_real.sh", carry=[".gpu"], timeout_s=600)
-# Needs .gpu/site.tar.xz (the sglang 0.5.11 bundle: `python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site`) and the
+# Lead's command:  run(command="bash gpu-harness/diagnose_real.sh", timeout_s=600)
+# Needs site.tar.xz (the sglang 0.5.11 bundle, carried first: gpu-harness/README.md, "Carrying the archives") and the
 # image's /opt/torch/.venv python (torch 2.11.0+cu130).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +30,9 @@ echo "[diagnose] $(date -u +%FT%TZ) python=$PY $("$PY" --version 2>&1) git=$(git
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total,memory.used --format=csv,noheader || true
 
 if [ ! -d "$SITE/sglang" ]; then
-  [ -f .gpu/site.tar.xz ] || { echo "[diagnose] missing .gpu/site.tar.xz (carry it)"; exit 2; }
-  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz
+  . gpu-harness/carry.sh  # site.tar.xz: kept by the carry calls, or carried in this call (gpu-harness/README.md)
+  ARCHIVE=$(carried site.tar.xz) || exit 2
+  mkdir -p "$SITE" && tar -C "$SITE" -xJf "$ARCHIVE"
 fi
 "$PY" gpu-harness/make_models.py "$WORK/models" >/dev/null
 export PYTHONPATH="$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false

@@ -2,13 +2,13 @@
 # The toolkit's own deploy on the lent GPU machine (gpu-harness/README.md): deploy.yml runs ON the machine
 # against itself (inventory/gpu, connection local). The machine has no systemd and no network:
 # units are rendered as in production and run by scripts/unit_runner.py (dflash_service_manager:
-# runner); the overlay is installed offline from the carried wheelhouse (.gpu/wheelhouse.tar.xz).
+# runner); the overlay is installed offline from the carried wheelhouse (wheelhouse.tar.xz).
 #
-#   run(command="STAGES=unpack bash gpu-harness/e2e.sh", carry=[".gpu/ctl-wheelhouse.tar.xz"], timeout_s=120)
-#   then, within 30 s: run(command="bash gpu-harness/e2e.sh", carry=[".gpu/wheelhouse.tar.xz"], timeout_s=600)
-# Archives: python3 gpu-harness/make_wheelhouse.py gpu-harness/controller-wheels.txt .gpu/ctl-wheelhouse.tar.xz
-#   python3 gpu-harness/make_wheelhouse.py --compute inventory/gpu/group_vars/all/layers.yml \
-#     --base gpu-harness/h200-base.json --write-list gpu-harness/overlay-wheels.txt .gpu/wheelhouse.tar.xz
+#   the archives first, in carry calls of their own (gpu-harness/README.md, "Carrying the archives"):
+#     python3 gpu-harness/make_wheelhouse.py gpu-harness/controller-wheels.txt .gpu/ctl-wheelhouse.tar.xz
+#     python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/wheelhouse.tar.xz
+#     python3 gpu-harness/split_carry.py plan .gpu/ctl-wheelhouse.tar.xz .gpu/wheelhouse.tar.xz  -> the carry calls
+#   then, each within 30 s of the one before: run(command="bash gpu-harness/e2e.sh", timeout_s=600)
 #
 # Env: STAGES (default "deploy bench again"; also "crosscheck", "probe", "fail", "gates"; run in the order
 # deploy, crosscheck, probe, fail, gates, bench, again),

@@ -4,10 +4,9 @@
 # Prometheus targets file; /metrics of both instances and the router scraped; then a rolling restart
 # (drain -> restart -> smoke -> back) under a client loop through the router. Records under $OUT.
 #
-#   call 0 (carry [".gpu/ctl-wheelhouse.tar.xz"], timeout_s=120): STAGES=unpack bash gpu-harness/fleet.sh
-#   call 1, warm (carry [".gpu/wheelhouse.tar.xz.part2of2"] after the unpack call carried part 1, or nothing
-#     when an earlier call of this machine brought the wheelhouse; plus [".gpu/router-wheelhouse.tar.xz"]):
-#                                                     KEEP=1 STAGES="deploy router" bash gpu-harness/fleet.sh
+#   first the archives, in carry calls of their own (gpu-harness/README.md, "Carrying the archives"):
+#     ctl-wheelhouse.tar.xz, wheelhouse.tar.xz, router-wheelhouse.tar.xz
+#   call 1, warm (no carry):                          KEEP=1 STAGES="deploy router" bash gpu-harness/fleet.sh
 #     (the first deploy brings the router and the targets too; instances without CUDA graphs: ~1 min a start)
 #   call 2, warm (no carry):                                  STAGES=roll bash gpu-harness/fleet.sh
 #   or, when one call cannot hold two installs and two starts: call 1 as STAGES=install (both hosts' layers,
@@ -15,11 +14,9 @@
 #   (KEEP=1: the servers stay for the next call; without it the call ends by stopping them, gpu-harness/stop_all.sh)
 #   here, no GPU:                                            DRY_RUN=1 bash gpu-harness/fleet.sh
 #
-# The archives do not fit one call's 64 MiB together with the tree: each later call must come while the
-# machine is still warm (within 30 s: $HOME/wh and both instances are kept). Build them with
-#   python3 gpu-harness/make_wheelhouse.py gpu-harness/controller-wheels.txt .gpu/ctl-wheelhouse.tar.xz
-#   (the overlay's: see gpu-harness/e2e.sh)
-#   python3 gpu-harness/make_wheelhouse.py gpu-harness/router-wheels.txt .gpu/router-wheelhouse.tar.xz
+# Each call must come while the machine is still warm (within 30 s: $HOME/wh and both instances are kept).
+# The router's archive: python3 gpu-harness/make_wheelhouse.py gpu-harness/router-wheels.txt .gpu/router-wheelhouse.tar.xz
+# (the others: gpu-harness/README.md, section 1)
 # Env: STAGES (install | deploy | router | roll, in that order), BUDGET_S (default 585), DRY_RUN=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."

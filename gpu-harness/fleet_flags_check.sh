@@ -5,7 +5,7 @@
 # no deploy: the sglang 0.5.11 site bundle (upstream DFLASH needs no patch) on the machine's torch venv.
 #
 #   python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site   (here)
-#   run(command="bash gpu-harness/fleet_flags_check.sh", carry=[".gpu/site.tar.xz"], timeout_s=300)
+#   run(command="bash gpu-harness/fleet_flags_check.sh", timeout_s=300)   (site.tar.xz on the machine: gpu-harness/README.md, "Carrying the archives")
 #
 # The command line is fleet-a's (gpu-harness/fleet/hosts.yml) as deploy.yml renders it on the H200.
 # Results: $OUT/fleet-flags/{run.log,server.server.log,metrics.txt}; the server is stopped before the call ends.
@@ -21,8 +21,9 @@ T0=$(date +%s)
 say() { echo "[flags +$(( $(date +%s) - T0 ))s] $*"; }
 say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none)"
 if [ ! -d "$SITE/sglang" ]; then
-  [ -f .gpu/site.tar.xz ] || { say "missing .gpu/site.tar.xz (carry it)"; exit 2; }
-  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz || exit 2
+  . gpu-harness/carry.sh  # site.tar.xz: kept by the carry calls, or carried in this call (gpu-harness/README.md)
+  ARCHIVE=$(carried site.tar.xz) || exit 2
+  mkdir -p "$SITE" && tar -C "$SITE" -xJf "$ARCHIVE" || exit 2
 fi
 export PYTHONPATH=$SITE HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 "$PY" gpu-harness/make_models.py "$MODELS" >/dev/null && say "models in $MODELS"

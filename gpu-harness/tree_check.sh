@@ -14,12 +14,13 @@
 #      yet" message once the values are valid; DFLASH still passes. On the whole series DDTREE is
 #      accepted (verify width budget + 1), budget + 1 above the draft's block is refused (16 and 31 on
 #      the 16-block draft, 8 on an explicit 8-token block) and budget 31 on a 32-block draft accepted.
-# Needs: the bundle .gpu/site.tar.xz (`python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt .gpu/site.tar.xz --site`) and the wheel in .cache/wheels
-# (the unit tests download it: tests/sglang_wheel.py), both carried; /opt/torch/.venv (torch cu130).
+# Needs: the bundle site.tar.xz (`python3 gpu-harness/make_wheelhouse.py gpu-harness/overlay-wheels.txt
+# .gpu/site.tar.xz --site`, carried first: gpu-harness/README.md, "Carrying the archives"), the wheel in .cache/wheels
+# (the unit tests download it: tests/sglang_wheel.py; 7 MB, carried in this call); /opt/torch/.venv (torch cu130).
 #
 # Lead's command:
-#   run(command="bash gpu-harness/tree_check.sh", carry=[".gpu/site.tar.xz",
-#       ".cache/wheels/sglang-0.5.11-cp312-cp312-manylinux_2_34_x86_64.whl"], timeout_s=600)
+#   run(command="bash gpu-harness/tree_check.sh",
+#       carry=[".cache/wheels/sglang-0.5.11-cp312-cp312-manylinux_2_34_x86_64.whl"], timeout_s=600)
 # Then commit $OUT/tree_check/{results.md,results.json,run.log} as gpu-harness/records/tree_check-<date>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,8 +43,9 @@ got=$(sha256sum "$WHEEL" | cut -d' ' -f1)
 [ "$want" = "$got" ] || { echo "[tree_check] $WHEEL sha256 $got, pinned $want"; exit 2; }
 
 if [ ! -d "$SITE/sglang" ]; then
-  [ -f .gpu/site.tar.xz ] || { echo "[tree_check] missing .gpu/site.tar.xz (carry it)"; exit 2; }
-  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/site.tar.xz
+  . gpu-harness/carry.sh  # site.tar.xz: kept by the carry calls, or carried in this call (gpu-harness/README.md)
+  ARCHIVE=$(carried site.tar.xz) || exit 2
+  mkdir -p "$SITE" && tar -C "$SITE" -xJf "$ARCHIVE"
 fi
 rm -rf "$WORK/trees"
 "$PY" gpu-harness/tree_check.py --wheel "$WHEEL" --site "$SITE" --work "$WORK" --out "$OUT/tree_check"

@@ -1,18 +1,15 @@
 # Sourced by gpu-harness/e2e.sh and gpu-harness/fleet.sh on the lent GPU machine (needs say, PY, STAGES):
-# the carried archives -> $WH/wheelhouse (the overlay's, and the router's) and $WH/ctl (the controller
-# side: ansible-core and what the image lacks), installed into $CTL. The archives are carried in separate
-# calls (the tree and all of them pass one call's 64 MiB): `STAGES=unpack` with .gpu/ctl-wheelhouse.tar.xz
-# first, then, the machine still warm, the stages with .gpu/wheelhouse.tar.xz (gpu-harness/README.md).
+# the archives (the overlay's wheelhouse, the router's, the controller side's: ansible-core and what the image
+# lacks), carried to this machine as gpu-harness/README.md says ("Carrying the archives": carry calls of their
+# own, or carried in this call) -> $WH/wheelhouse and $WH/ctl, the controller side installed into $CTL.
 WH=${WH:-$HOME/wh}
 CTL=${CTL:-$HOME/ctl}
 mkdir -p "$WH/ctl"
-# an archive too big to travel beside the tree comes in parts over several calls: kept in $WH/parts, joined
-# into $WH/<name> once all are there (gpu-harness/join_parts.sh)
-. "$(dirname "${BASH_SOURCE[0]}")/join_parts.sh"
-while read -r line; do say "$line"; done < <(join_parts "$WH/parts" "$WH")
-# unpack NAME DIR: the archive NAME, carried in this call (.gpu/NAME) or joined from parts ($WH/NAME), into DIR
+. "$(dirname "${BASH_SOURCE[0]}")/carry.sh"
+while read -r line; do say "$line"; done < <(keep_carried)
+# unpack NAME DIR: the archive NAME kept on this machine (carry.sh) into DIR; nothing when it is not here
 unpack() {
-  local a=".gpu/$1"; [ -f "$a" ] || a="$WH/$1"
+  local a="$WH/$1"
   [ -f "$a" ] || return 0
   mkdir -p "$2" && tar -C "$2" -xJf "$a" || exit 2
 }
@@ -23,8 +20,8 @@ rm -rf "$WH/ctl-new" && unpack ctl-wheelhouse.tar.xz "$WH/ctl-new"
 mv "$WH"/wheelhouse/ansible_core-* "$WH"/wheelhouse/resolvelib-* "$WH"/wheelhouse/cryptography-* "$WH/ctl/" 2>/dev/null
 unpack router-wheelhouse.tar.xz "$WH"
 say "wheelhouse: $(ls "$WH/wheelhouse" 2>/dev/null | wc -l) overlay wheels, $(ls "$WH/ctl" | wc -l) controller wheels"
-[ "$STAGES" = unpack ] && { say "unpacked; now the stages, carrying .gpu/wheelhouse.tar.xz"; exit 0; }
-[ -d "$WH/wheelhouse" ] || { say "no $WH/wheelhouse: carry .gpu/wheelhouse.tar.xz"; exit 2; }
+[ "$STAGES" = unpack ] && { say "unpacked; now the stages"; exit 0; }
+[ -d "$WH/wheelhouse" ] || { say "no $WH/wheelhouse: carry wheelhouse.tar.xz first (gpu-harness/README.md)"; exit 2; }
 if [ ! -d "$CTL/ansible" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$CTL" "$WH"/ctl/*.whl || exit 2
 fi

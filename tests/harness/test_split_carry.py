@@ -1,5 +1,5 @@
-"""gpu-harness/split_carry.py + gpu-harness/wheels.sh: an archive carried in parts over two device calls is
-joined and unpacked on the second, exactly as if carried whole (simulated in a temp dir, real tar/xz)."""
+"""gpu-harness/split_carry.py (plan: the carry calls within the limit) + carry.sh + wheels.sh / ddtree_setup.sh: an
+archive carried whole or in parts over warm device calls is kept and joined, exactly as if carried whole (temp dirs, real tar/xz)."""
 from __future__ import annotations
 
 import importlib.util
@@ -102,6 +102,65 @@ def test_site_bundle_in_two_calls(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     assert "joined site.tar.xz from 2 parts" in second.stdout
     assert (home / "site/sglang/blob.bin").read_bytes() == code
-    # nothing carried, nothing kept: the old message
+    # nothing carried, nothing kept: say where to look
     bare = _ddtree_call(tmp_path / "call3", tmp_path / "fresh-home", [])
-    assert bare.returncode == 2 and "missing .gpu/site.tar.xz" in bare.stdout
+    assert bare.returncode == 2 and "missing site.tar.xz: carry it first (gpu-harness/README.md" in bare.stdout
+
+
+def _carry_call(workdir: Path, home: Path, carried: list[Path]) -> str:
+    """One carry call as split_carry.py plan prints it: bash gpu-harness/carry.sh in a fresh tree."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    (workdir / ".gpu").mkdir(parents=True)
+    (workdir / "gpu-harness").mkdir()
+    for f in ("carry.sh", "join_parts.sh"):
+        shutil.copy(ROOT / "gpu-harness" / f, workdir / "gpu-harness" / f)
+    for f in carried:
+        shutil.copy(f, workdir / ".gpu" / f.name)
+    # run from elsewhere: carry.sh finds the tree from its own place, not from the caller's directory
+    out = subprocess.run(["bash", str(workdir / "gpu-harness/carry.sh")], check=False, cwd=workdir.parent,
+                         env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_plan_fits_every_call_and_the_carry_calls_bring_every_archive(tmp_path):
+    built = tmp_path / "built"
+    built.mkdir()
+    whl, code = os.urandom(900_000), os.urandom(1_000_000)
+    _archive(built / "wheelhouse.tar.xz", {"wheelhouse/sglang-0.5.11-py3-none-any.whl": whl})
+    _archive(built / "ctl-wheelhouse.tar.xz", {"wheelhouse/ansible_core-2.19.0-py3-none-any.whl": b"ctl"})
+    _archive(built / "site.tar.xz", {"sglang/__init__.py": b"# sglang\n", "sglang/blob.bin": code})
+    (built / "site.tar.xz.part1of3").write_bytes(b"an earlier split")  # replaced, not carried
+    archives = [built / n for n in ("ctl-wheelhouse.tar.xz", "wheelhouse.tar.xz", "site.tar.xz")]
+    sizes = {a.name: a.stat().st_size for a in archives}
+    # a 1.5 MB tree under a 2.5 MB limit (margin 0.2 MB): 0.8 MB a call, so both big archives come in parts
+    limit, tree, margin = 2_500_000, 1_500_000, 200_000
+    calls = split_carry.plan([str(a) for a in archives], tree, limit=limit, margin=margin)
+    for paths in calls:
+        assert sum(os.path.getsize(p) for p in paths) <= limit - tree - margin and len(paths) <= 8
+    carried = [Path(p).name for c in calls for p in c]
+    assert carried[0] == "ctl-wheelhouse.tar.xz" and "wheelhouse.tar.xz.part1of2" in carried
+    assert "site.tar.xz.part1of2" in carried and not (built / "site.tar.xz.part1of3").exists()
+    assert sum(os.path.getsize(p) for c in calls for p in c) == sum(sizes.values())
+    home = tmp_path / "home"
+    home.mkdir()
+    said = [_carry_call(tmp_path / f"carry{i}", home, [Path(p) for p in c]) for i, c in enumerate(calls)]
+    assert "[carry] kept ctl-wheelhouse.tar.xz" in said[0]
+    assert "joined wheelhouse.tar.xz from 2 parts" in "".join(said) and "joined site.tar.xz" in "".join(said)
+    for a in archives:
+        assert (home / "wh" / a.name).read_bytes() == a.read_bytes()
+    # the stages' calls carry nothing: the overlay (wheels.sh) and the site bundle (ddtree_setup.sh) are found
+    stage = _call(tmp_path / "stage", home, [])
+    assert "1 overlay wheels, 1 controller wheels" in stage
+    assert (home / "wh/wheelhouse/sglang-0.5.11-py3-none-any.whl").read_bytes() == whl
+    setup = _ddtree_call(tmp_path / "stage2", home, [])
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert (home / "site/sglang/blob.bin").read_bytes() == code
+
+
+def test_no_room_is_said(tmp_path):
+    a = tmp_path / "x.tar.xz"
+    a.write_bytes(b"x" * 10)
+    with pytest.raises(ValueError, match="leaves no room"):
+        split_carry.plan([str(a)], 63 << 20)
