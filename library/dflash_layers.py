@@ -12,7 +12,7 @@ description:
     in wheelhouse mode), reuses a layer whose directory holds a marker with that hash (nothing is
     written then), builds a changed one in C(<prefix>/layers/.tmp-*) and renames it into place.
   - A layer with a parent installs only what its requirements' closure needs beyond what the parent
-    already provides (module_utils/dflash_overlay); its marker records what it took from the parent.
+    already provides (module_utils/dflash_layers/overlay.py); its marker records what it took from the parent.
   - C(action=inspect) only validates and reports each layer's interpreter (python version, libc,
     machine) and, for an existing venv, the distributions it provides; it never writes.
 options:

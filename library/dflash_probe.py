@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: import/ABI probe of a layer's python (logic: module_utils/dflash_probe)."""
+"""Ansible module: import/ABI probe of a layer's python (logic: module_utils/dflash_layers/probe.py)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,15 @@
 """A temporary instance's command line from the release's instance: the H200 release's real manifest
-(bench/gpu/results/2026-11-30-e2e2/manifest.json, deployed by bench/gpu/e2e.sh)."""
+(manifest.json of gpu-harness/records/2026-11-30-e2e2, deployed by gpu-harness/e2e.sh)."""
 
 import json
-import pathlib
 
 import pytest
 from ansible.module_utils.dflash_bench import flags as fl
 from ansible.module_utils.dflash_bench import matrix as mx
 from ansible.module_utils.dflash_common.argv import get_flag
+from gpu_records import record_file
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
-MANIFEST = json.loads((ROOT / "bench/gpu/results/2026-11-30-e2e2/manifest.json").read_text())
+MANIFEST = json.loads(record_file("2026-11-30-e2e2", "manifest.json"))
 BASE = dict(MANIFEST["instances"]["h200-dflash"], name="h200-dflash")
 
 

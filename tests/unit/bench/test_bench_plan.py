@@ -9,9 +9,10 @@ from ansible.module_utils.dflash_bench import matrix as mx
 from ansible.module_utils.dflash_bench import plan as bp
 from ansible.module_utils.dflash_common.argv import get_flag
 from ansible.module_utils.dflash_fingerprint import collect, merge
+from gpu_records import record_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-MANIFEST = json.loads((ROOT / "bench/gpu/results/2026-11-30-e2e2/manifest.json").read_text())
+MANIFEST = json.loads(record_file("2026-11-30-e2e2", "manifest.json"))  # the H200 release (gpu-harness/e2e.sh)
 IDLE = merge.fingerprint_from_raw(collect.read_capture(ROOT / "tests/fixtures/captures/h200"))
 BUSY = merge.fingerprint_from_raw(collect.read_capture(ROOT / "tests/fixtures/captures/h200-busy-foreign"))
 LISTENERS = [{"port": 30001, "addr": "0.0.0.0", "pid": 1234}, {"port": 30100, "addr": "127.0.0.1", "pid": 99}]
@@ -77,11 +78,11 @@ def test_base_instance_and_free_gpus():
 
 
 def test_h200_matrix_file():
-    """bench/gpu/bench_h200.yml planned against the H200 release and a busy GPU 0 (the production instance
-    holds it after the deploy): the CPU dry run of bench/gpu/bench_matrix.sh."""
+    """gpu-harness/bench_h200.yml planned against the H200 release and a busy GPU 0 (the production instance
+    holds it after the deploy): the CPU dry run of gpu-harness/bench_matrix.sh."""
     import yaml
 
-    v = yaml.safe_load((ROOT / "bench/gpu/bench_h200.yml").read_text())
+    v = yaml.safe_load((ROOT / "gpu-harness/bench_h200.yml").read_text())
     opts = {"workloads": v["dflash_bench_workloads"], "concurrency": v["dflash_bench_concurrency"],
             "port_range": [30100, 30199], "parallel": v["dflash_bench_parallel"], "gpus": v["dflash_bench_gpus"],
             "allow_busy_gpus": v["dflash_bench_allow_busy_gpus"], "extra_args": v["dflash_bench_extra_args"],

@@ -178,16 +178,19 @@ def test_render_refuses_to_empty_a_run_whose_cells_are_gone(run_dir, rendered, t
 
 
 def test_repeats_give_medians_and_spread_on_the_h200_matrix(tmp_path):
-    """The two H200 runs of 2026-12-02 (bench/gpu/results/2026-12-02-h200-bench) as the two repeats of one run."""
+    """The two H200 runs of 2026-12-02 (gpu-harness/records/2026-12-02-h200-bench) as the two repeats of one run."""
+    import io
     import tarfile
 
-    rec = ROOT / "bench/gpu/results/2026-12-02-h200-bench"
+    from gpu_records import record_file
+
+    rec = "2026-12-02-h200-bench"
     run = tmp_path / "h200"
     (run / "cells").mkdir(parents=True)
-    shutil.copy(rec / "run-1" / "run.json", run / "run.json")
+    (run / "run.json").write_bytes(record_file(rec, "run-1/run.json"))
     figures = {}
     for rep, name in ((1, "run-1"), (2, "run-2")):
-        with tarfile.open(rec / name / "cells.tar.xz") as tf:
+        with tarfile.open(fileobj=io.BytesIO(record_file(rec, f"{name}/cells.tar.xz"))) as tf:
             for m in tf.getmembers():
                 if m.name.endswith(".json"):
                     d = json.load(tf.extractfile(m))

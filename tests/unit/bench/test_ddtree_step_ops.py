@@ -1,4 +1,4 @@
-"""bench/ddtree_step_ops.py: patches 0104-0105 take kernels off the step (real patched code, CPU)."""
+"""benchmarks/ddtree_step_ops.py: patches 0104-0105 take kernels off the step (real patched code, CPU)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch", reason="CPU torch is not installed: scripts/controller.sh installs it")
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 import ddtree_step_ops as B
 
 

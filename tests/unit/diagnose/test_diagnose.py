@@ -39,7 +39,7 @@ def test_index_entries_are_complete():
     for e in INDEX:
         assert e["cause"] in CAUSES, e
         # https:// (public issue), synthetic: (built from real line shapes) or recorded: (a log this
-        # project recorded on real hardware, kept under bench/gpu/results/)
+        # project recorded on real hardware, kept under gpu-harness/records/)
         assert e["source"].startswith(("https://", "synthetic:", "recorded:")), e
         if e["source"].startswith("recorded:"):
             assert (FIXTURES.parents[2] / e["source"].split()[1]).is_dir(), e

@@ -1,4 +1,4 @@
-"""Blind round h14 (bench/fingerprint_heldout.md, "Blind round h14"): 17 real captures of machines the code had
+"""Blind round h14 (benchmarks/fingerprint_heldout.md, "Blind round h14"): 17 real captures of machines the code had
 not seen (sources: tests/fixtures/captures/SOURCE.md). For each: the facts, the gate's verdict for the shipped
 stack (a layer of CUDA 13.0 wheels, instance on the first GPU) and the fallback rules for a DFLASH instance on it.
 """

@@ -1,4 +1,4 @@
-"""The real H200 capture (bench/gpu/capture_h200.sh, committed to tests/fixtures/captures/h200/).
+"""The real H200 capture (gpu-harness/capture_h200.sh, committed to tests/fixtures/captures/h200/).
 
 Skipped only while that folder is absent."""
 
@@ -10,7 +10,7 @@ from ansible.module_utils.dflash_fingerprint import collect, gate, merge
 H200 = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "h200"
 
 pytestmark = pytest.mark.skipif(not (H200 / "nvidia-smi-query.csv").is_file() and not (H200 / "nvidia-smi.txt").is_file(),
-                                reason="H200 capture not committed yet (run bench/gpu/capture_h200.sh on the GPU machine)")
+                                reason="H200 capture not committed yet (run gpu-harness/capture_h200.sh on the GPU machine)")
 
 
 @pytest.fixture(scope="module")

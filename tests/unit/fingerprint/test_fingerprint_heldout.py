@@ -1,4 +1,4 @@
-"""Fingerprint on GPUs, drivers and torch builds the first fixtures did not cover (bench/fingerprint_heldout.md).
+"""Fingerprint on GPUs, drivers and torch builds the first fixtures did not cover (benchmarks/fingerprint_heldout.md).
 
 Every fixture folder is real published output (tests/fixtures/captures/SOURCE.md). What each must say:
 values, a clear reason for whatever is null, and what the gate makes of the host.

@@ -15,7 +15,7 @@ from test_instances import CT200_FACTS, DRAFT, MODEL, good, validate
 from test_rules import CT129, CT200, PROBE_GOOD, RULES, plan
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+sys.path.insert(0, str(ROOT / "gpu-harness"))
 import make_models
 
 LAB_HYBRID = (ROOT / "lab/models/Qwen3.6-27B/config.json").read_text()

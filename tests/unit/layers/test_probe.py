@@ -135,11 +135,11 @@ def test_committed_probe_outputs(path):
 
 
 def test_h200_fixture_shows_the_cu130_overlay_working():
-    """The GPU machine's probe (bench/gpu/probe_overlay.sh): an overlay built with uv on its
+    """The GPU machine's probe (gpu-harness/probe_overlay.sh): an overlay built with uv on its
     torch 2.11.0+cu130 venv imports every component the seeds' service crashed on."""
     path = FIXTURES / "h200.json"
     if not path.exists():
-        pytest.skip("tests/fixtures/probe/h200.json not recorded yet (bench/gpu/probe_overlay.sh)")
+        pytest.skip("tests/fixtures/probe/h200.json not recorded yet (gpu-harness/probe_overlay.sh)")
     probe = json.loads(path.read_text())["probe"]
     assert probe["torch"]["ok"] and probe["torch"]["cuda"] == "13.0"
     assert probe["torch"]["device_count"] >= 1 and probe["torch"]["devices"][0]["capability"] == "9.0"

@@ -4,7 +4,7 @@ CUDA cannot use refused with its index and the CUDA error.
 The processes are real; the torch they import is a small fake package written here (this machine
 has no GPU) that behaves like torch on the seeds' CT129: GPU 1 listed by nvidia-smi but CUDA says
 "CUDA-capable device(s) is/are busy or unavailable" (cudaErrorDevicesUnavailable). The real run is
-bench/gpu/e2e.sh's probe stage on the H200."""
+gpu-harness/e2e.sh's probe stage on the H200."""
 
 from __future__ import annotations
 

@@ -4,23 +4,22 @@ while dflash_wait waits (action_plugins/dflash_wait.py prints it between chunks 
 from __future__ import annotations
 
 import json
-import lzma
 import pathlib
 import socket
 import sys
 
 from ansible.module_utils.dflash_release import startup as st
 from ansible_play import run_play
+from gpu_records import record_text
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 STANDIN = ROOT / "files" / "lab" / "sglang_standin.py"
-# real sglang 0.5.11 start-up of the toolkit's DFLASH unit on the H200 (the runner's log of the unit)
-# the H200's recorded start-up log, kept xz-compressed with the run's other raw logs
-H200_LOG = ROOT / "bench" / "gpu" / "results" / "2026-11-30-e2e2" / "server-startup.log.xz"
+# real sglang 0.5.11 start-up of the toolkit's DFLASH unit on the H200 (the runner's log of the unit), kept
+# with the run's other raw logs in gpu-harness/records/2026-11-30-e2e2/raw.tar.xz
 
 
 def h200_log() -> str:
-    return lzma.decompress(H200_LOG.read_bytes()).decode()
+    return record_text("2026-11-30-e2e2", "server-startup.log")
 
 
 def test_progress_lines_from_a_recorded_real_sglang_start_up():

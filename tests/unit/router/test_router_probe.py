@@ -1,6 +1,6 @@
 """The router layer's import probe (dflash_router.probe_layer / probe_failure): a layer that cannot start
 sglang-router is refused before the router's unit points at it. The real capture: the H200 fleet run of
-2026-12-02 (bench/gpu/results/2026-12-02-h200-fleet/), whose hand-listed no_deps layer had fastapi 0.165
+2026-12-02 (gpu-harness/records/2026-12-02-h200-fleet/), whose hand-listed no_deps layer had fastapi 0.165
 without opentelemetry-api; the router then died at import and the deploy only saw a refused connection."""
 
 import os

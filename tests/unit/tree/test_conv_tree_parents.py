@@ -25,7 +25,7 @@ triton = pytest.importorskip("triton", reason="triton is not installed: it is in
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[2] / "bench" / "gpu"))
+sys.path.insert(0, str(HERE.parents[2] / "gpu-harness"))
 from conv_tree_check import links  # first child / next sibling per slot, as DDTREE hands them to sglang
 from test_ddtree_patch import load_text, series_texts
 from triton_sm90 import compile_in_child
@@ -262,7 +262,7 @@ COMPILE = textwrap.dedent("""
 
 def test_the_kernel_compiles_for_sm90_with_the_reads_before_the_roll(texts, tmp_path):
     """The warps of one program read the old conv-state columns that the roll at the end overwrites: without
-    the barrier between them the H200 gave wrong outputs now and then (batch 4, bench/gpu/results/
+    the barrier between them the H200 gave wrong outputs now and then (batch 4, gpu-harness/records/
     2026-12-03-ddtree-paths/ call 1), which the interpreter (one thread) cannot show. So: the barrier is in the
     compiled code, one more than the same kernel without it."""
     out = compile_in_child(COMPILE, texts[REL], tmp_path, "conv_parents.py")

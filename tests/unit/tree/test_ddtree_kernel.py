@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch", reason="CPU torch is not installed: scripts
 triton = pytest.importorskip("triton", reason="triton is not installed: it is in the lock's dev group (uv sync)")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "gpu-harness"))
 import ddtree_kernel_check as kernel_check
 from test_ddtree_utils import PATCH, TARGET, load_from_patch, new_file_from_patch
 from triton_sm90 import compile_in_child
@@ -72,7 +72,7 @@ def hy(tmp_path_factory):
 
 
 def draft(rng, bs, depth_count, kk, kind):
-    """bench/gpu/ddtree_kernel_check.py's drafts (the GPU check runs the same kinds), log-probs as each
+    """gpu-harness/ddtree_kernel_check.py's drafts (the GPU check runs the same kinds), log-probs as each
     kind makes them (float64; float32 quantised), token ids int32 or int64."""
     return kernel_check.draft(rng, bs, depth_count, kk, kind, lp_dtype=None,
                               id_dtype=rng.choice([torch.int32, torch.int64]))  # fmt: skip

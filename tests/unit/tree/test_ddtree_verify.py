@@ -100,7 +100,7 @@ def sg(tree_files):
 @contextlib.contextmanager
 def patched_modules(tree_files):
     """The real patched modules (namespace by short name) with stand-ins for their GPU-only imports;
-    sys.modules as it was afterwards. Also used by bench/ddtree_step_ops.py."""
+    sys.modules as it was afterwards. Also used by benchmarks/ddtree_step_ops.py."""
     saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
     for k in saved:
         del sys.modules[k]
@@ -227,7 +227,7 @@ class Batch:
 def run_step(sg, prompts, prior_outputs, max_new, ranks, budget=9, topk=3, depth=6, builder="device", counter=None,
              walker=False):  # fmt: skip
     """Draft (oracle-steered) -> tree -> prepare_for_verify -> toy target -> verify (inside `counter`, a
-    context manager, when given: bench/ddtree_step_ops.py counts the operators verify dispatches)."""
+    context manager, when given: benchmarks/ddtree_step_ops.py counts the operators verify dispatches)."""
     du, dd = sg.ddtree_utils, sg.ddtree_device
     reqs = [Req(p, m) for p, m in zip(prompts, max_new, strict=True)]
     refs = []

@@ -4,7 +4,7 @@ The patched fla/fused_sigmoid_gating_recurrent.py runs here under Triton's CPU i
 sets TRITON_INTERPRET=1) on small tree verifies: random trees (chains, branches, stars), requests of
 different initial states (one with none: a negative index), varlen and fixed-width batches, two value heads
 per q/k head. The oracle is a brute-force float64 recurrence along each root-to-node path
-(bench/gpu/fp32_shim/fp32_gdn.step: the same gate, beta, l2-norm and scale conventions as sglang's kernel):
+(gpu-harness/fp32_shim/fp32_gdn.step: the same gate, beta, l2-norm and scale conventions as sglang's kernel):
 every node's output and cached state must match it. With the switch off, and for a linear verify, the
 launcher keeps the wheel's serial kernel. Triton's compiler (no GPU needed) builds the kernel for the H200's
 SM 9.0, which the interpreter does not check (loop-carried types, scalar casts).
@@ -24,7 +24,7 @@ triton = pytest.importorskip("triton", reason="triton is not installed: it is in
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[2] / "bench" / "gpu" / "fp32_shim"))
+sys.path.insert(0, str(HERE.parents[2] / "gpu-harness" / "fp32_shim"))
 import fp32_gdn as ref
 from test_ddtree_patch import load_text, series_texts
 from triton_sm90 import compile_in_child

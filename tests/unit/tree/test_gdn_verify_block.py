@@ -5,7 +5,7 @@ the kernel replaced by a recorder: a call that caches intermediate states (the s
 must launch with BV = 16 (grid (1, V / 16, requests x value heads)), every other call with the wheel's 32; the
 override takes 4, 8, 16 or 32 and refuses anything else when the module loads. That the blocks compute the
 same numbers is the kernel's own structure (each value column of the state on its own); the GPU sweep
-(`bench/gpu/gdn_chain_check.py sweep`) compares outputs and cached states across block sizes.
+(`gpu-harness/gdn_chain_check.py sweep`) compares outputs and cached states across block sizes.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def test_the_manifest_and_files_list_describe_the_tree(built):
 
 
 def test_patched_files_compile_under_this_python(built):
-    # the controller's Python is 3.11; the hosts' layer Python is 3.12 (bench/gpu/tree_check.sh)
+    # the controller's Python is 3.11; the hosts' layer Python is 3.12 (gpu-harness/tree_check.sh)
     for rel in built["manifest"]["files"]:
         if rel.endswith(".py"):
             source = Path(tree_file(built, rel)).read_bytes()
