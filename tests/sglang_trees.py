@@ -54,9 +54,29 @@ PACKAGES = (
 )
 
 
+def module(name, **attrs):
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    return mod
+
+
+def registry_stand_ins() -> dict:
+    """From 0.5.23 on, spec_info.py and spec_registry.py import the resolution pipeline and the runtime
+    context at module level (pulling the whole server) but call them only inside functions: stand-ins
+    for those two, so that the registry itself can be imported."""
+    return {
+        "sglang.srt.arg_groups": module("sglang.srt.arg_groups", __path__=[]),
+        "sglang.srt.arg_groups.overrides": module(
+            "sglang.srt.arg_groups.overrides", resolving_view=lambda a: a, resolved_view=lambda a: a
+        ),
+        "sglang.srt.runtime_context": module("sglang.srt.runtime_context", get_spec=lambda: None),
+    }
+
+
 @contextlib.contextmanager
-def sglang_modules(tree_path):
-    """Import the tree's sglang modules by their real names (see the module doc); yields import_module."""
+def sglang_modules(tree_path, stand_ins=None):
+    """Import the tree's sglang modules by their real names (see the module doc); yields import_module.
+    ``stand_ins`` ({name: module}) are put in place first, for modules that need a GPU build."""
     saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
     for k in saved:
         del sys.modules[k]
@@ -65,6 +85,7 @@ def sglang_modules(tree_path):
             mod = types.ModuleType(name)
             mod.__path__ = [str(Path(tree_path, *name.split(".")))]
             sys.modules[name] = mod
+        sys.modules.update(stand_ins or {})
         yield importlib.import_module
     finally:
         for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:

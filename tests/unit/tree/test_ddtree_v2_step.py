@@ -22,8 +22,8 @@ broken commits ('kv', 'state') are caught by the same checks.
 
 from __future__ import annotations
 
+import inspect
 import random
-import sys
 import types
 from pathlib import Path
 
@@ -66,6 +66,24 @@ class Recorder:
         self.calls.append((args, kwargs))
 
 
+class KVLocPlan:
+    """sglang 0.5.23's KV location plan, for a pool whose physical ids are its virtual ids."""
+
+    def __init__(self, req_pool_indices, write_virtual):
+        self.req_pool_indices = req_pool_indices
+        self.write_virtual = write_virtual
+
+    def write_ids(self, reader=None, *, cols=None):
+        if cols is None:
+            return self.write_virtual
+        bs = int(self.req_pool_indices.numel())
+        return self.write_virtual.view(bs, -1)[:, cols].reshape(-1)
+
+    def bind(self, batch, reader, *, cols=None):
+        batch.kv_loc_plan = self
+        batch.out_cache_loc = self.write_ids(reader, cols=cols)
+
+
 def stand_ins(world):
     """Stand-ins for the modules ddtree_worker_v2 imports that need a GPU build; `world` is the test's state."""
 
@@ -84,8 +102,11 @@ def stand_ins(world):
 
     class ForwardBatch:
         @staticmethod
-        def init_new(batch, model_runner, capture_hidden_mode=None, return_hidden_states_before_norm=False):
-            return types.SimpleNamespace(
+        def init_new(
+            batch, model_runner, capture_hidden_mode=None, return_hidden_states_before_norm=False,
+            kv_loc_plan=None, write_cols=None,
+        ):  # fmt: skip
+            fb = types.SimpleNamespace(
                 input_ids=batch.input_ids,
                 spec_info=batch.spec_info,
                 seq_lens=batch.seq_lens,
@@ -94,24 +115,33 @@ def stand_ins(world):
                 seq_lens_cpu=batch.seq_lens_cpu,
                 capture_hidden_mode=capture_hidden_mode,
             )
+            if kv_loc_plan is not None:  # 0.5.23: the iteration's plan gives the write ids
+                kv_loc_plan.bind(fb, None, cols=write_cols)
+            return fb
 
     class DFlashDraftInputV2:
         def __init__(self, bonus_tokens, new_seq_lens):
             self.bonus_tokens = bonus_tokens
             self.new_seq_lens = new_seq_lens
-            self.reserved_seq_lens_cpu = None
-            self.reserved_seq_lens_sum = None
+            self.reserved_seq_lens_cpu = self.nxt_kv_lens_cpu = None  # 0.5.17 / 0.5.23 names
+            self.reserved_seq_lens_sum = self.nxt_kv_lens_sum = None
 
     class DFlashWorkerV2:
         """DFLASH's spec-v2 worker, reduced to what DDTreeWorkerV2 inherits: its state, a toy draft
         phase and the draft KV append (recorded)."""
 
-        def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
+        def __init__(self, server_args, gpu_id, *rest):
             from sglang.srt.speculative.ddtree_commit import DeviceOracle, StepTiming
             from sglang.srt.speculative.ddtree_utils import Oracle
 
+            # 0.5.17: (server_args, gpu_id, ps, nccl_port, target_worker); 0.5.23: no ps
+            if len(rest) == 3:
+                ps, target_worker = rest[0], rest[2]
+            else:
+                ps, target_worker = types.SimpleNamespace(tp_rank=0), rest[1]
             self.server_args = server_args
             self.ps = ps
+            self._target_tp_rank = ps.tp_rank
             self.device = torch.device("cpu")
             self._target_worker = target_worker
             self.model_runner = target_worker.model_runner
@@ -132,6 +162,9 @@ def stand_ins(world):
 
         def _append_target_hidden_to_draft_kv_by_loc(self, **kw):
             self.append(**kw)
+
+        def _draft_write_ids(self, plan):  # 0.5.23: the draft pool's ids of the plan's window
+            return plan.write_ids(None)
 
         def _make_next_draft_input_decode(self, *, bonus_tokens, new_seq_lens):
             return DFlashDraftInputV2(bonus_tokens, new_seq_lens)
@@ -173,6 +206,31 @@ def stand_ins(world):
                 mamba=types.SimpleNamespace(mamba_track_interval=world.interval)
             ),
             get_server_args=lambda: world.server_args,
+            get_spec=lambda: world.server_args,
+            get_parallel=lambda: types.SimpleNamespace(
+                tp_group=types.SimpleNamespace(world_size=1), tp_rank=0, attn_dp_enabled=False
+            ),
+            mamba_track_grid=lambda page_size: world.interval,
+        ),
+        # 0.5.23's imports beside 0.5.17's
+        "sglang.srt.arg_groups": _mod("sglang.srt.arg_groups", __path__=[]),
+        "sglang.srt.arg_groups.overrides": _mod(
+            "sglang.srt.arg_groups.overrides", resolving_view=lambda a: a, resolved_view=lambda a: a
+        ),
+        "sglang.srt.mem_cache": _mod("sglang.srt.mem_cache", __path__=[]),
+        "sglang.srt.mem_cache.kv_index_translator": _mod(
+            "sglang.srt.mem_cache.kv_index_translator", KVIndexTranslator=object
+        ),
+        "sglang.srt.mem_cache.kv_loc_plan": _mod(
+            "sglang.srt.mem_cache.kv_loc_plan",
+            KVLocPlan=KVLocPlan,
+            Cols=object,
+            IdSpaceKind=types.SimpleNamespace(FULL="full"),
+        ),
+        "sglang.srt.utils": _mod("sglang.srt.utils", is_npu=lambda: False),
+        "sglang.srt.layers.logprob_processor": _mod(
+            "sglang.srt.layers.logprob_processor",
+            compute_spec_logprobs=lambda *a, **kw: world.logprobs(*a, **kw),
         ),
         f"{SPEC}.dflash_info_v2": _mod(f"{SPEC}.dflash_info_v2", DFlashDraftInputV2=DFlashDraftInputV2),
         f"{SPEC}.dflash_utils": _mod(
@@ -181,7 +239,12 @@ def stand_ins(world):
             resolve_dflash_verify_mask_policy=resolve_dflash_verify_mask_policy,
         ),
         f"{SPEC}.dflash_worker_v2": _mod(f"{SPEC}.dflash_worker_v2", DFlashWorkerV2=DFlashWorkerV2),
-        f"{SPEC}.spec_utils": _mod(f"{SPEC}.spec_utils", GrammarTree=None, build_grammar_vocab_mask=None),
+        f"{SPEC}.spec_utils": _mod(
+            f"{SPEC}.spec_utils",
+            GrammarTree=None,
+            build_grammar_vocab_mask=None,
+            prepare_mamba_track_for_verify=lambda batch: None,
+        ),
     }
 
 
@@ -234,6 +297,7 @@ class World:
         self.reserved = {int(r): set(self.req_to_token[r].tolist()) for r in self.pool_rows}
         self.kv = {}  # slot -> (position, token) as the target wrote it
         self.seqs = []
+        self.return_logprob = False
         for b in range(bs):
             prompt = [self.rng.randrange(VOCAB) for _ in range(self.rng.randint(3, 9))]
             r = int(self.pool_rows[b])
@@ -250,7 +314,11 @@ class World:
         )
         self.target = types.SimpleNamespace(model_runner=runner, device="cpu")
         self.target.forward_batch_generation = self.target_forward
-        self.steps_off_first_branch = 0
+        self.logprob_calls = []
+
+    def logprobs(self, batch, logits_output, predict, *, chain_stride=None, accept_index=None):
+        """sglang 0.5.23's compute_spec_logprobs, recorded (the rows must be the emitted tokens' chain)."""
+        self.logprob_calls.append((logits_output.next_token_logits.clone(), predict.clone(), chain_stride))
 
     # ---- the draft
     def draft_block(self, worker, batch, draft_input):
@@ -271,15 +339,17 @@ class World:
                 order.insert(rank, true)
                 hidden[b, d, torch.tensor(order)] = torch.linspace(8.0, 0.0, VOCAB)
                 cont.append(true)
+        loc2d = self.req_to_token[rows, cols].to(torch.int64)
         return types.SimpleNamespace(
             bs=bs,
             device=torch.device("cpu"),
+            kv_loc_plan=KVLocPlan(batch.req_pool_indices, loc2d.reshape(-1)),
             lm_head=types.SimpleNamespace(weight=torch.eye(VOCAB)),
             block_ids=None,
             prefix_lens=prefix,
             positions_2d=cols,
             positions=cols.reshape(-1),
-            verify_out_cache_loc_2d=self.req_to_token[rows, cols].to(torch.int64),
+            verify_out_cache_loc_2d=loc2d,
             verify_out_cache_loc=None,
             draft_out=None,
             draft_logits_output=types.SimpleNamespace(hidden_states=hidden.reshape(bs * block, VOCAB)),
@@ -328,6 +398,8 @@ class World:
             has_grammar=False,
             sampling_info=None,
             mamba_track_indices=torch.arange(len(self.seqs)) if self.hybrid else None,
+            tree_cache=types.SimpleNamespace(page_size=1),
+            return_logprob=self.return_logprob,
             out_cache_loc=None,
             forward_mode=types.SimpleNamespace(is_idle=lambda: False),
         )
@@ -340,8 +412,14 @@ class World:
                 assert self.kv.get(int(self.req_to_token[r, p])) == (p, seq[p]), f"request {b} position {p}"
 
 
+def make_worker(worker_cls, world):
+    if "ps" in inspect.signature(worker_cls.__init__).parameters:  # 0.5.17
+        return worker_cls(world.server_args, 0, types.SimpleNamespace(tp_rank=0), 0, world.target)
+    return worker_cls(world.server_args, 0, 0, world.target)  # 0.5.23
+
+
 def run_steps(worker_cls, world, steps):
-    worker = worker_cls(world.server_args, 0, types.SimpleNamespace(tp_rank=0), 0, world.target)
+    worker = make_worker(worker_cls, world)
     bonus = torch.tensor([s[-1] for s in world.seqs], dtype=torch.int64)
     width = world.budget + 1
     for _ in range(steps):
@@ -390,8 +468,7 @@ def v2(request, tmp_path_factory):
         def __getattr__(self, name):
             return getattr(holder.world, name)
 
-    with sglang_modules(tree) as import_module:
-        sys.modules.update(stand_ins(Proxy()))
+    with sglang_modules(tree, stand_ins(Proxy())) as import_module:
         mods = types.SimpleNamespace(
             worker=import_module(f"{SPEC}.ddtree_worker_v2"),
             commit=import_module(f"{SPEC}.ddtree_commit"),
@@ -569,18 +646,17 @@ def test_the_worker_refuses_what_a_tree_cannot_do_before_the_draft_loads(v2):
     world = World(1, bs=1, budget=15, topk=4, block=16)
     v2.holder.world = world
     cls = v2.worker.DDTreeWorkerV2
-    ps = types.SimpleNamespace(tp_rank=0)
     world.target.model_runner.attn_backend = types.SimpleNamespace()
     with pytest.raises(ValueError, match="Pass --attention-backend triton"):
-        cls(world.server_args, 0, ps, 0, world.target)
+        make_worker(cls, world)
     hybrid = HybridBackend()
     hybrid.linear_attn_backend = types.SimpleNamespace(topk=1)
     world.target.model_runner.attn_backend = hybrid
     with pytest.raises(ValueError, match="0103-ddtree-hybrid.patch"):
-        cls(world.server_args, 0, ps, 0, world.target)
+        make_worker(cls, world)
     world.server_args.speculative_ddtree_budget = 16
     with pytest.raises(ValueError, match="budget \\+ 1 must not exceed it"):
-        cls(world.server_args, 0, ps, 0, world.target)
+        make_worker(cls, world)
 
 
 def test_the_captured_target_verify_carries_the_tree_mask(v2):
@@ -599,3 +675,18 @@ def test_the_pure_parts_under_test_are_the_series_files(v2):
     # the modules imported above are the tree's files (not a copy elsewhere)
     assert Path(v2.worker.__file__).name == "ddtree_worker_v2.py"
     assert "sglang/srt/speculative" in Path(v2.commit.__file__).as_posix()
+
+
+def test_logprobs_are_read_along_the_accepted_path(v2):
+    if not hasattr(v2.worker, "compute_spec_logprobs"):
+        pytest.skip(f"sglang {v2.version}'s DFLASH/DDTREE refuse return_logprob")
+    world = World(9, bs=3, budget=15, topk=4, block=16)
+    world.return_logprob = True
+    width = world.budget + 1
+    for _, res, _ in steps(v2, world, 5):
+        logits, predict, stride = world.logprob_calls[-1]
+        assert stride == width and torch.equal(predict, res.next_token_ids)
+        # row j of each request is the target's distribution that emitted token j
+        for b, n in enumerate(res.accept_lens.tolist()):
+            rows = logits.view(-1, width, VOCAB)[b, :n].argmax(dim=-1).tolist()
+            assert rows == res.next_token_ids.view(-1, width)[b, :n].tolist()

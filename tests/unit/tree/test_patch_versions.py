@@ -21,7 +21,7 @@ import dflash_tree.common
 import dflash_tree.disk
 import dflash_tree.wheel
 import pytest
-from sglang_trees import built_tree, series, sglang_modules
+from sglang_trees import built_tree, registry_stand_ins, series, sglang_modules
 from sglang_wheel import REPO_ROOT, patch_dir, pinned_sha256, sglang_wheel, versions
 
 VERSIONS = versions()
@@ -93,7 +93,7 @@ def test_ddtree_is_a_speculative_algorithm_of_the_patched_tree(trees, version):
     pytest.importorskip("torch", reason="spec_info / spec_registry import torch")
     tree = trees["built"][version]["tree"]["path"]
     registry = Path(tree, SPEC, "spec_registry.py").is_file()
-    with sglang_modules(tree) as import_module:
+    with sglang_modules(tree, registry_stand_ins() if registry else None) as import_module:
         algo_cls = import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm
         ddtree = algo_cls.from_string("ddtree")
         assert algo_cls.from_string("DDTREE") is ddtree
