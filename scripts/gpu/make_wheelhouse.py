@@ -59,7 +59,10 @@ import dflash_wheelhouse as WH
 from dflash_wheels import sha256_file, target_from_interpreter
 
 DROP = {
-    "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*"],
+    # sglang-kernel 0.4.5 (sglang 0.5.17) also ships infllm_ops as a CPython 3.10 extension module, which the
+    # GPU machine's Python 3.12 cannot load (29 MB): dropped too
+    "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*",
+                      "sgl_kernel/*.cpython-310-*.so"],
     "xgrammar": ["xgrammar/lib/libxgrammar.a"],
 }
 # members whose symbol tables go (the router's library: the wheel is otherwise too big to carry)
