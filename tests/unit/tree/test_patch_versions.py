@@ -147,3 +147,11 @@ def test_the_algorithms_pure_parts_are_the_same_files_in_every_version(trees, ve
     tree = trees["built"][version]["tree"]["path"]
     for rel in SHARED:
         assert Path(tree, rel).read_bytes() == Path(base, rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v not in ("0.5.11", "0.5.17")])
+def test_the_registration_and_the_commit_are_the_same_files_from_0_5_17_on(trees, version):
+    base = trees["built"]["0.5.17"]["tree"]["path"]
+    tree = trees["built"][version]["tree"]["path"]
+    for rel in (f"{SPEC}/ddtree_spec.py", f"{SPEC}/ddtree_commit.py"):
+        assert Path(tree, rel).read_bytes() == Path(base, rel).read_bytes(), rel
