@@ -69,7 +69,10 @@ from ansible.module_utils.dflash_layers import wheelhouse as WH
 from ansible.module_utils.dflash_layers.wheels import sha256_file, target_from_interpreter
 
 DROP = {
-    "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*"],
+    # sglang-kernel 0.4.5 (sglang 0.5.17) also ships infllm_ops as a CPython 3.10 extension module, which the
+    # GPU machine's Python 3.12 cannot load (29 MB): dropped too
+    "sglang_kernel": ["sgl_kernel/flash_ops*.so", "sgl_kernel/flashmla_ops*.so", "sgl_kernel/sm100/*",
+                      "sgl_kernel/*.cpython-310-*.so"],
     "xgrammar": ["xgrammar/lib/libxgrammar.a"],
 }
 # members whose symbol tables go (the router's library: the wheel is otherwise too big to carry)

@@ -57,7 +57,7 @@ _REQ_RE = re.compile(
 )
 _CUDA_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
 _PROJECT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
-# the fields of a layer: its own, and uv's resolution options (dflash_overlay.UV_OPTIONS)
+# the fields of a layer: its own, and uv's resolution options (overlay.UV_OPTIONS)
 _KNOWN_KEYS = {
     "name", "python", "parent", "requirements", "no_deps", "env", "cuda", "existing_path", "exclude",
     *overlay.UV_OPTIONS,

@@ -38,7 +38,7 @@ def wheelhouse_key(spec, target, parent_freeze=None):
 
 def wheel_distribution(path):
     """What an installed wheel provides, from its METADATA: {name, key, version, requires,
-    requires_python, provides_extra} (the form dflash_overlay.describe returns)."""
+    requires_python, provides_extra} (the form overlay.describe returns)."""
     with zipfile.ZipFile(path) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         if not names:
