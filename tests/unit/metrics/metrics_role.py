@@ -58,21 +58,22 @@ def run_role(tmp_path: Path, role_vars: dict, fleet=None, host_vars=None, check=
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, timeout=timeout, env=env)
 
 
-def promtool() -> str | None:
-    """promtool: DFLASH_PROMTOOL, else on PATH, else the one scripts/promtool.sh unpacks into .cache/."""
-    for cand in (os.environ.get("DFLASH_PROMTOOL"), shutil.which("promtool"),
-                 str(ROOT / ".cache" / "prometheus" / "usr" / "bin" / "promtool")):
+def promtool(name: str = "promtool") -> str | None:
+    """promtool (or prometheus, from the same Debian package): DFLASH_PROMTOOL / DFLASH_PROMETHEUS, else on
+    PATH, else the one scripts/promtool.sh unpacks into .cache/prometheus/."""
+    for cand in (os.environ.get("DFLASH_" + name.upper()), shutil.which(name),
+                 str(ROOT / ".cache" / "prometheus" / "usr" / "bin" / name)):
         if cand and os.access(cand, os.X_OK):
             return cand
     return None
 
 
-def need_promtool() -> str:
-    """promtool, or a loud skip outside CI; in CI (CI=true) its absence fails the test."""
-    found = promtool()
+def need_promtool(name: str = "promtool") -> str:
+    """promtool (or prometheus), or a loud skip outside CI; in CI (CI=true) its absence fails the test."""
+    found = promtool(name)
     if found:
         return found
-    why = "promtool not found: run `make promtool` (scripts/promtool.sh) or set DFLASH_PROMTOOL"
+    why = f"{name} not found: run `make promtool` (scripts/promtool.sh) or set DFLASH_{name.upper()}"
     if os.environ.get("CI"):
         pytest.fail(why + " (CI must run the rule tests)")
     pytest.skip(why)
