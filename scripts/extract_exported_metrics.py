@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """List every Prometheus metric the pinned sglang and sglang-router export, with the file and line
 that defines it: the alert rules and the dashboard of roles/dflash_metrics may use only these names
-(tests/unit/metrics/test_exported_metrics.py checks both against the list).
+(tests/unit/metrics/test_metrics_exported.py checks both against the list).
 
 Sources, read without importing or building anything:
 - sglang 0.5.11: the pinned wheel (files/patches/sglang/0.5.11/wheels.json; tests/sglang_wheel.py

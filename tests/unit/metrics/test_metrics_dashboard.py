@@ -1,6 +1,6 @@
 """roles/dflash_metrics/files/dflash-fleet.dashboard.json: built by scripts/build_dashboard.py, valid as
 Grafana's own SDK reads a dashboard, with panels, targets, datasource, ids and variables a Grafana can load.
-(Its metric names: test_exported_metrics.py.)"""
+(Its metric names: test_metrics_exported.py.)"""
 
 from __future__ import annotations
 

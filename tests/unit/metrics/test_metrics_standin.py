@@ -13,7 +13,7 @@ import yaml
 from metrics_role import DASHBOARD
 from prometheus_client.parser import text_string_to_metric_families
 from promql_names import grafana_expr, metric_names
-from test_exported_metrics import dashboard_queries, exported_series
+from test_metrics_exported import dashboard_queries, exported_series
 from test_standin import BASE_ARGS, SPEC_ARGS, Server, http, jpost
 
 # sglang exports these only once something happened that the stand-in never does
