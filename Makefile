@@ -20,11 +20,11 @@ LIMIT ?= ct200
 LAB_INVENTORY := -i inventory/lab $(if $(LAB_PREFIX),-i lab/.inv/$(patsubst %-,%,$(LAB_PREFIX)).yml)
 SCENARIOS ?=
 
-.PHONY: help deps controller lab-image lab-up lab-down deploy-lab lint unit molecule test
+.PHONY: help deps controller promtool lab-image lab-up lab-down deploy-lab lint unit molecule test
 
 help:
 	@sed -n '1,6p' Makefile | sed 's/^# \{0,1\}//'
-	@echo "targets: deps controller lab-image lab-up lab-down deploy-lab lint unit molecule test"
+	@echo "targets: deps controller lab-image lab-up lab-down deploy-lab lint unit molecule test promtool"
 
 deps: ## apt packages the lab needs (podman, runc, debootstrap), only when missing
 	@missing=""; for t in podman runc debootstrap curl; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
@@ -34,6 +34,9 @@ deps: ## apt packages the lab needs (podman, runc, debootstrap), only when missi
 
 controller: ## .venv from uv.lock + containers.podman from the pinned ansible wheel
 	@scripts/controller.sh
+
+promtool: ## promtool for the alert rules' tests: on PATH, else Debian's prometheus package unpacked into .cache/ (only when missing)
+	@scripts/promtool.sh >/dev/null
 
 lab-image: deps ## dflash-lab:<recipe-hash> (skipped when it exists)
 	@lab/build-image.sh
@@ -54,7 +57,7 @@ lint: controller
 	@echo "== argument_specs mirror defaults"; python scripts/check_argument_specs.py
 	@echo "== module_utils: no import circle"; python scripts/module_graph.py check
 
-unit: controller
+unit: controller promtool
 	pytest -q
 
 molecule: controller lab-image ## every scenario under molecule/ (or SCENARIOS=...), MOLECULE_JOBS (default 2) at a time; all run, fails if one failed

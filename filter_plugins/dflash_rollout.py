@@ -1,6 +1,6 @@
 """Jinja filters of the fleet plays (deploy.yml): rollout batches, checks across hosts, the router's
-workers and arguments, Prometheus targets. Thin wrappers over module_utils/dflash_{rollout,
-multinode,router,metrics}.py."""
+workers and arguments. Thin wrappers over module_utils/dflash_rollout/ and dflash_router.py
+(the metrics stage's filters: filter_plugins/dflash_metrics.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ _MU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
-from ansible.module_utils import dflash_metrics as _metrics
 from ansible.module_utils import dflash_router as _router
 from ansible.module_utils.dflash_common.jinja import plain as _plain
 from ansible.module_utils.dflash_rollout import batches as _rollout
@@ -114,10 +113,6 @@ def dflash_router_args(settings, workers):
     return _router.router_args(_plain(settings), _plain(workers))
 
 
-def dflash_metrics_file_sd(fleet, routers=None):
-    return _metrics.file_sd(_plain(fleet), _plain(routers))
-
-
 def dflash_rollout_summary_lines(rows):
     return _rollout.summary_lines(_plain(rows))
 
@@ -139,5 +134,4 @@ class FilterModule:
             "dflash_router_reach_errors": dflash_router_reach_errors,
             "dflash_router_api_key": dflash_router_api_key,
             "dflash_router_args": dflash_router_args,
-            "dflash_metrics_file_sd": dflash_metrics_file_sd,
         }

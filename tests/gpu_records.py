@@ -6,6 +6,7 @@ a test that takes real figures or logs from a record reads the member from the a
 
 from __future__ import annotations
 
+import fnmatch
 import tarfile
 from pathlib import Path
 
@@ -24,3 +25,13 @@ def record_file(record: str, member: str) -> bytes:
 
 def record_text(record: str, member: str) -> str:
     return record_file(record, member).decode("utf-8")
+
+
+def record_members(pattern: str) -> list[tuple[str, str]]:
+    """(record, member) of every file in every record whose base name matches the glob `pattern`."""
+    found = []
+    for archive in sorted(RECORDS.glob("*/raw.tar.xz")):
+        with tarfile.open(archive, mode="r:xz") as tar:
+            found += [(archive.parent.name, m.name) for m in tar.getmembers()
+                      if m.isfile() and fnmatch.fnmatch(Path(m.name).name, pattern)]
+    return found

@@ -11,9 +11,19 @@ endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministicall
   GET  /v1/models, /v1/models/{name}  OpenAI model list / card
   GET  /get_server_info /server_info  server args + scheduler info + version + stand_in
   GET  /get_model_info /model_info    model path, is_generation, ...
-  GET  /metrics                       Prometheus text with sglang's metric names, only with
-                                      --enable-metrics (404 without it, as sglang); num_running_reqs
-                                      counts the requests being answered right now
+  GET  /metrics                       Prometheus text with sglang 0.5.11's metric names and labels,
+                                      only with --enable-metrics (404 without it, as sglang); values
+                                      follow what the stand-in does: num_running_reqs counts the
+                                      requests being answered right now, gen_throughput is their
+                                      decode speed (0 when idle), token_usage their tokens over the
+                                      KV capacity, spec_accept_length/_rate those of the last request
+                                      (chat too), token and request counters, time-to-first-token /
+                                      inter-token / end-to-end histograms (sglang's buckets) from the
+                                      simulated timings, process_cpu_seconds_total (restarts reset it)
+  POST /lab/fault {"fault": F}        stand-in only: switch the fault mode of a running server (F one
+                                      of RUNTIME_FAULTS: "" for none, low_accept, degenerate,
+                                      wrong_answer), e.g. to make its accept length drop for the
+                                      alert rules; 400 for another; needs the API key like the API
   POST /v1/chat/completions           content / reasoning_content, usage; honours max_tokens,
                                       temperature, seed, stream
   POST /generate                      text or input_ids; meta_info with completion_tokens and,
@@ -101,6 +111,14 @@ BANNER = (
 )
 
 FAULTS = ("", "crash", "slow", "hang", "wrong", "wrong_answer", "degenerate", "slower", "low_accept")
+# faults a running server can switch to (POST /lab/fault): the ones each request reads as it is answered
+RUNTIME_FAULTS = ("", "low_accept", "degenerate", "wrong_answer")
+# sglang 0.5.11's default buckets (srt/observability/metrics_collector.py, TokenizerMetricsCollector)
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+               0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
+KV_CAPACITY = 262144  # max_total_num_tokens the stand-in reports
 SPEC_CHOICES = ("DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE")
 EOS_TOKEN_ID = 151645  # Qwen's <|im_end|>; what matched_stop shows for a natural stop
 
@@ -439,6 +457,11 @@ class State:
         self.num_requests_total = 0
         self.last_accept_length = 0.0
         self.last_accept_rate = 0.0
+        self.used_tokens = 0  # tokens of the requests being decoded (the KV cache they hold)
+        self.histograms = {name: Histogram(buckets) for name, buckets in (
+            ("sglang:time_to_first_token_seconds", TTFT_BUCKETS),
+            ("sglang:inter_token_latency_seconds", ITL_BUCKETS),
+            ("sglang:e2e_request_latency_seconds", E2E_BUCKETS))}
         self.context_len = int(args.get("context_length") or 32768)
         try:
             speed = float(os.environ.get("DFLASH_STANDIN_TOKENS_PER_S") or DEFAULT_TOKENS_PER_S)
@@ -499,7 +522,20 @@ class State:
             n = self.counter
         return hashlib.sha256(f"{n}|{prompt}".encode()).hexdigest()[:32]
 
+    def decode(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Sleep the simulated decode time, holding the request's tokens in the 'KV cache' meanwhile."""
+        with self.lock:
+            self.used_tokens += prompt_tokens + completion_tokens
+        try:
+            time.sleep(self.decode_seconds(completion_tokens))
+        finally:
+            with self.lock:
+                self.used_tokens -= prompt_tokens + completion_tokens
+
     def account(self, prompt_tokens: int, completion_tokens: int, spec: dict) -> None:
+        """A finished request: counters, the last accept length, and its timings as sglang observes them
+        (first token after the latency and one token's decode, then one token every 1 / tokens_per_s)."""
+        token = 1.0 / self.tokens_per_s
         with self.lock:
             self.num_requests_total += 1
             self.prompt_tokens_total += prompt_tokens
@@ -507,6 +543,16 @@ class State:
             if spec:
                 self.last_accept_length = spec["spec_accept_length"]
                 self.last_accept_rate = spec["spec_accept_rate"]
+            if completion_tokens > 0:
+                self.histograms["sglang:time_to_first_token_seconds"].observe(self.latency + token)
+                self.histograms["sglang:e2e_request_latency_seconds"].observe(
+                    self.latency + self.decode_seconds(completion_tokens))
+                if completion_tokens > 1:
+                    self.histograms["sglang:inter_token_latency_seconds"].observe(token, completion_tokens - 1)
+
+    def set_fault(self, fault: str) -> None:
+        with self.lock:
+            self.fault = fault
 
     def server_info(self) -> dict:
         info = {k: v for k, v in self.args.items() if k not in ("api_key", "admin_api_key")}
@@ -531,13 +577,18 @@ class State:
         return info
 
     def metrics(self) -> str:
+        """sglang 0.5.11's /metrics: scheduler gauges labelled with the ranks, tokenizer counters and
+        histograms with model and engine only, the CPU counter with its component only."""
         a = self.args
-        labels = f'model_name="{a["served_model_name"]}",engine_type="unified",tp_rank="0"'
+        model = f'engine_type="unified",model_name="{a["served_model_name"]}"'
+        labels = model + ',moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+        with self.lock:
+            running, used = self.inflight, self.used_tokens
         rows = [
-            ("sglang:num_running_reqs", "gauge", "The number of running requests.", self.inflight),
+            ("sglang:num_running_reqs", "gauge", "The number of running requests.", running),
             ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
-            ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", 0.0),
-            ("sglang:token_usage", "gauge", "The token usage.", 0.0),
+            ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", running * self.tokens_per_s),
+            ("sglang:token_usage", "gauge", "The token usage.", round(min(1.0, used / KV_CAPACITY), 2)),
             ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0),
             ("sglang:spec_accept_length", "gauge",
              "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
@@ -545,18 +596,48 @@ class State:
             ("sglang:spec_accept_rate", "gauge",
              "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
              self.last_accept_rate if self.spec_enabled() else 0.0),
-            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-             self.prompt_tokens_total),
-            ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.",
+        ]
+        counters = [
+            ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", self.prompt_tokens_total),
+            ("sglang:generation_tokens_total", "Number of generation tokens processed.",
              self.generation_tokens_total),
-            ("sglang:num_requests_total", "counter", "Number of requests processed.", self.num_requests_total),
+            ("sglang:num_requests_total", "Number of requests processed.", self.num_requests_total),
         ]
         out = []
         for name, kind, doc, value in rows:
-            out.append(f"# HELP {name} {doc}")
-            out.append(f"# TYPE {name} {kind}")
-            out.append(f"{name}{{{labels}}} {float(value)}")
+            out += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)}"]
+        for name, doc, value in counters:
+            out += [f"# HELP {name} {doc}", f"# TYPE {name} counter", f"{name}{{{model}}} {float(value)}"]
+        with self.lock:
+            for name, hist in self.histograms.items():
+                out += [f"# HELP {name} Histogram of {name.split(':')[1]}.", f"# TYPE {name} histogram"]
+                out += hist.lines(name, model)
+        out += ["# HELP sglang:process_cpu_seconds_total Total CPU time consumed by this process (user + system)",
+                "# TYPE sglang:process_cpu_seconds_total counter",
+                f'sglang:process_cpu_seconds_total{{component="tokenizer"}} {time.process_time()}']
         return "\n".join(out) + "\n"
+
+
+class Histogram:
+    """A Prometheus histogram (cumulative buckets, sum, count); the caller holds the state's lock."""
+
+    def __init__(self, buckets):
+        self.bounds = tuple(float(b) for b in buckets)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float, times: int = 1) -> None:
+        i = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[i] += times
+        self.sum += value * times
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        out, total = [], 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts):
+            total += n
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            out.append(f'{name}_bucket{{{labels},le="{le}"}} {float(total)}')
+        return out + [f"{name}_sum{{{labels}}} {self.sum}", f"{name}_count{{{labels}}} {float(total)}"]
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -659,6 +740,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.state.secondary():
             self._json(404, {"detail": "Not Found"})
             return
+        if path == "/lab/fault":
+            self._lab_fault(self._body())
+            return
         if not self._ready():
             return
         body = self._body()
@@ -681,6 +765,18 @@ class Handler(BaseHTTPRequestHandler):
             with st.lock:
                 st.inflight -= 1
 
+    def _lab_fault(self, body) -> None:
+        """Stand-in only: switch the running server's fault mode (the alert rules' lab check)."""
+        fault = body.get("fault") if isinstance(body, dict) else None
+        if not isinstance(fault, str) or fault.strip().lower() not in RUNTIME_FAULTS:
+            self._error(400, f"fault must be one of {', '.join(repr(f) for f in RUNTIME_FAULTS)}; the others "
+                             "are set at start (DFLASH_STANDIN_FAULT)")
+            return
+        fault = fault.strip().lower()
+        self.state.set_fault(fault)
+        log(f"lab stand-in: fault switched to {fault!r} by POST /lab/fault")
+        self._json(200, {"fault": fault, "lab_standin": True})
+
     def _card(self, name: str) -> dict:
         return {"id": name, "object": "model", "created": int(self.state.started), "owned_by": "sglang",
                 "root": name, "parent": None, "max_model_len": self.state.context_len}
@@ -701,10 +797,14 @@ class Handler(BaseHTTPRequestHandler):
                        reasoning=bool(st.args.get("reasoning_parser")), fault=st.fault)
         if st.fault == "wrong":
             res.update(content="", reasoning=None)
-        time.sleep(st.decode_seconds(res["completion_tokens"]))
         prompt_tokens = len(tokens_of(prompt)) + 8 * len(messages)
+        st.decode(prompt_tokens, res["completion_tokens"])
         rid = st.next_id(prompt)
-        st.account(prompt_tokens, res["completion_tokens"], {})
+        # sglang's scheduler counts the chat's verify steps in its accept length too (not in the reply)
+        spec = (spec_meta(st.args, res["completion_tokens"], f"{prompt}|{res['completion_tokens']}",
+                          low_accept=st.fault == "low_accept")
+                if st.spec_enabled() and res["completion_tokens"] > 0 else {})
+        st.account(prompt_tokens, res["completion_tokens"], spec)
         model = body.get("model") or st.args["served_model_name"]
         if body.get("stream"):
             self._stream_chat(rid, model, res)
@@ -826,7 +926,7 @@ class Handler(BaseHTTPRequestHandler):
                 "cached_tokens": st.cached(tokens_of(text) if ids is None else [str(i) for i in ids]),
                 "e2e_latency": st.decode_seconds(completion)}
         if not body.get("stream"):  # a stream is paced per verify step instead
-            time.sleep(meta["e2e_latency"])
+            st.decode(prompt_tokens, completion)
         spec = {}
         if st.spec_enabled() and completion > 0:
             spec = spec_meta(st.args, completion, f"{prompt}|{completion}", low_accept=st.fault == "low_accept")

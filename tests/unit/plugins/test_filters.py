@@ -1,4 +1,4 @@
-"""filter_plugins/*.py: both plugin files load by path (as Ansible loads them) and share one plain()
+"""filter_plugins/*.py: the plugin files load by path (as Ansible loads them) and share one plain()
 from module_utils/dflash_common/jinja.py; the fingerprint fleet filters give what the pure functions give."""
 
 import importlib.util
@@ -27,7 +27,7 @@ def load_plugin(name):
     return mod
 
 
-@pytest.mark.parametrize("name", ["dflash_fingerprint", "dflash_instances"])
+@pytest.mark.parametrize("name", ["dflash_fingerprint", "dflash_instances", "dflash_metrics", "dflash_rollout"])
 def test_plugins_share_one_plain(name):
     mod = load_plugin(name)
     assert mod._plain is dflash_jinja.plain
