@@ -101,6 +101,17 @@ options:
   resume:
     description: Internal. The state a chunked wait returned (restart time, restart result); no restart then.
     type: dict
+  fingerprint:
+    description:
+      - The host's C(dflash_fingerprint) fact, handed to the diagnosis of a failed instance (its GPU, SM, driver,
+        CUDA and topology name the real GPU and options in the remedy; see C(dflash_diagnose)).
+    type: dict
+  judged:
+    description:
+      - Internal (the action plugin sets it). Per instance name, its smoke record with the gates judged on the
+        controller (C(output.judge)) added. Nothing is restarted nor waited for; the records are written, the
+        release is marked healthy (with O(mark)) when every gate passed, else the module fails naming the gates.
+    type: dict
 extends_documentation_fragment: [dflash_release_target]
 author: dflash-deploy
 """
@@ -134,6 +145,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.secrets import redact
 from ansible.module_utils.dflash_diagnose.engine import diagnose_text
+from ansible.module_utils.dflash_release.gates import release_context
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import mark
 from ansible.module_utils.dflash_release.smoke import (
@@ -148,6 +160,7 @@ from ansible.module_utils.dflash_release.smoke import (
     instance_secret_values,
     journal_argv,
     journal_tail,
+    judged_records,
     merge_record,
     parse_show,
     smoke_all,
@@ -183,6 +196,8 @@ def main():
             "chunk_seconds": {"type": "float", "default": 0.0},
             "ready_grace": {"type": "float", "default": 60.0},
             "resume": {"type": "dict"},
+            "fingerprint": {"type": "dict"},
+            "judged": {"type": "dict"},
         },
         supports_check_mode=True,
         **target_constraints(),
@@ -202,6 +217,8 @@ def main():
     # and in the records it writes (redact); a crashing sglang logs its ServerArgs, keys included
     secrets = instance_secret_values(insts_full)
     module.no_log_values.update(secrets)
+    if p["judged"] is not None:
+        record_judged(module, p, where, secrets)
     insts = [{
         "name": item["name"],
         "unit": item.get("unit") or unit_name(item["name"]),
@@ -281,10 +298,12 @@ def main():
         st["unit"] = inst["unit"]
         if inst["name"] in res["failed"]:
             diag = None
+            # a start-up past the timeout: how long its log has been silent tells a hang from a slow start
+            hung = st.get("verdict") == "timeout"
             if p["diagnose"] and runner:
-                diag = runner.diagnose(inst["unit"])
+                diag = runner.diagnose(inst["unit"], p["fingerprint"], hung)
             elif p["diagnose"] and journalctl:
-                diag = diagnose_unit(module, journalctl, inst["unit"], since)
+                diag = diagnose_unit(module, journalctl, inst["unit"], since, p["fingerprint"], hung)
             st["diagnosis"] = diag
             msgs.append(where + describe_failure(inst["name"], st, diag))
         if p["record_dir"]:
@@ -322,6 +341,30 @@ def main():
     module.exit_json(**result)
 
 
+def record_judged(module, p, where, secrets):
+    """The second call of a smoke test whose reply the controller judged (``judged``: {name: smoke record with
+    the controller's gates added}): write the records, mark the release healthy when everything passed (with
+    ``mark``), else fail naming the gates, as the first call would have."""
+    ctx = release_context(p["release_dir"], p["baseline_release"])
+    smoke, failed, msgs = judged_records(p["judged"], ctx, where)
+    smoke = {n: redact(r, secrets) for n, r in smoke.items()}
+    if p["record_dir"]:
+        for name, rec in smoke.items():
+            merge_record(p["record_dir"], name, "smoke", rec)
+    result = {"changed": False, "smoke": smoke, "failed_instances": failed, "verdict": "healthy"}
+    if failed:
+        module.fail_json(msg=redact("; ".join(msgs), secrets), **result)
+    if p["mark"] and p["release_dir"]:
+        rdir = os.path.realpath(p["release_dir"])
+        detail = redact({"instances": sorted(smoke), "smoke": smoke}, secrets)
+        try:
+            result["status"] = mark(os.path.dirname(os.path.dirname(rdir)), os.path.basename(rdir), "healthy",
+                                    detail)["status"]
+        except ReleaseError as exc:
+            module.fail_json(msg=f"{where}{exc}", **result)
+    module.exit_json(**result)
+
+
 def _shift(res, offset):
     """Seconds of a later chunk counted from the restart."""
     if offset <= 0:
@@ -337,26 +380,51 @@ class RunnerBackend(RunnerUnits):
     own session (module_utils/dflash_service/runner.py); the log file since the last start stands in for the
     journal. User=, sandboxing and Restart= are not applied there."""
 
-    def diagnose(self, unit):
+    def diagnose(self, unit, fingerprint=None, hung=False):
         _path, log, _pid = self.paths(unit)
+        silent = None
         try:
             with open(log, encoding="utf-8", errors="replace") as fh:
                 text = log_since_last_start(fh.read())
+            if hung:  # the log file's last write
+                silent = max(0.0, time.time() - os.path.getmtime(log))
         except OSError as exc:
             text = str(exc)
-        diag = dict(diagnose_text(text, source=log))
+        diag = dict(diagnose_text(text, source=log, fingerprint=fingerprint, silent_seconds=silent))
         diag["journal_tail"] = text.splitlines()[-30:]
         return diag
 
 
-def diagnose_unit(module, journalctl, unit, since):
+def journal_silence(module, unit, since, now=None):
+    """Seconds since the unit's last journal entry after ``since`` (since ``since`` when it logged none)."""
+    now = time.time() if now is None else now
+    _rc, out, _err = module.run_command(["journalctl", "-u", unit, "--since", f"@{int(since)}", "--no-pager",
+                                         "-o", "short-unix", "-n", "1"])
+    return silence_from_short_unix(out, since, now)
+
+
+def silence_from_short_unix(out, since, now):
+    """``journalctl -o short-unix -n 1`` output -> seconds of silence (the entry's epoch, else ``since``)."""
+    last = since
+    for line in (out or "").splitlines():
+        head = line.split(" ", 1)[0]
+        try:
+            last = max(last, float(head))
+        except ValueError:
+            continue
+    return max(0.0, now - last)
+
+
+def diagnose_unit(module, journalctl, unit, since, fingerprint=None, hung=False):
     """Diagnose the unit's journal since ``since``.  journald may lag the unit state by a few
-    hundred ms: read again (up to ~2 s) while the log holds no decisive line."""
+    hundred ms: read again (up to ~2 s) while the log holds no decisive line. ``hung``: the instance
+    timed out; the journal's silence goes into the diagnosis."""
     diag, text = None, ""
+    silent = journal_silence(module, unit, since) if hung else None
     for attempt in range(5):
         _rc, text, _err = module.run_command(journal_argv(unit, since))
-        diag = diagnose_text(text, source=f"journalctl -u {unit}")
-        if diag.get("cause") != "unknown" or attempt == 4:
+        diag = diagnose_text(text, source=f"journalctl -u {unit}", fingerprint=fingerprint, silent_seconds=silent)
+        if diag.get("cause") != "unknown" or attempt == 4 or hung:
             break
         time.sleep(0.4)
     diag = dict(diag or {})
