@@ -131,3 +131,20 @@ def test_warmup_hang_with_the_http_server_up_needs_the_silence():
     assert diagnose_text(log)["cause"] == "unknown"  # "Uvicorn running" reads as up
     r = diagnose_text(log, silent_seconds=400)
     assert (r["cause"], r["stage"]) == ("startup_hang", "warmup") and "--disable-custom-all-reduce" in r["remedy"]
+
+
+@pytest.mark.parametrize(("cut", "stage"), [
+    ("Init torch distributed begin", "distributed_init"), ("Init torch distributed ends", "weights"),
+    ("Load weight begin", "weights"), ("Load weight end", "kv_pool"), ("KV Cache is allocated", "kv_pool"),
+    ("Memory pool end", "graph_capture"), ("Capture cuda graph begin", "graph_capture"),
+    ("Capture piecewise CUDA graph begin", "graph_capture"),
+])
+def test_a_real_sglang_start_up_cut_at_each_stage(cut, stage):
+    """This project's recorded sglang 0.5.11 start-up on the H200, cut after a stage line: a start that hangs
+    there (the wait measured 10 minutes of silence) is read in that stage."""
+    import lzma
+
+    log = lzma.decompress((ROOT / "bench/gpu/results/2026-11-30-e2e2/server-startup.log.xz").read_bytes()).decode()
+    end = log.index("\n", log.index(cut))
+    r = diagnose_text(log[: end + 1], silent_seconds=600)
+    assert (r["cause"], r["stage"]) == ("startup_hang", stage), r["summary"]
