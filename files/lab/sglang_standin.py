@@ -33,7 +33,8 @@ Fault injection (environment, e.g. from the instance's `env` in the inventory):
                               DFLASH_STANDIN_FAULT_DELAY seconds before that
   DFLASH_STANDIN_FAULT=slow   /health is 503 for DFLASH_STANDIN_START_DELAY seconds (default 5)
   DFLASH_STANDIN_FAULT=hang   listens, but /health never answers 200; its log stops in a start-up stage
-                              (DFLASH_STANDIN_FAULT_LOG, default faults/startup_hang.log: the NCCL set-up)
+                              (DFLASH_STANDIN_HANG_LOG, a file or a name under faults/; default
+                              faults/startup_hang.log: the NCCL set-up)
   DFLASH_STANDIN_FAULT=wrong  healthy, but chat content and reasoning are empty, /generate has no
                               spec fields and server info says speculative_algorithm null
   DFLASH_STANDIN_FAULT=wrong_answer  the fibonacci answer is code that runs but returns 1 (a def
@@ -1036,7 +1037,7 @@ def serve(args: dict, state: State) -> int:
         threading.Thread(target=rendezvous, args=(args, state), daemon=True).start()
     if state.fault == "hang":
         # a start-up that stops in a stage, as a hung sglang's log does (default: in the NCCL set-up)
-        sys.stderr.write(fault_log_text(os.environ.get("DFLASH_STANDIN_FAULT_LOG", "").strip() or "startup_hang"))
+        sys.stderr.write(fault_log_text(os.environ.get("DFLASH_STANDIN_HANG_LOG", "").strip() or "startup_hang"))
         sys.stderr.flush()
         log("lab stand-in: fault 'hang': listening, /health will never answer 200")
     else:
