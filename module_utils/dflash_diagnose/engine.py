@@ -150,7 +150,7 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
                 if hint:
                     result["remedy"] = f"{hint}; {result['remedy']}"
                 result["evidence"].insert(0, _clip(oserr.raw))
-        elif (hung := _hang_verdict(lines, healthy, silent_seconds, source, facts, host)) is not None:
+        elif (hung := _hang_verdict(lines, healthy, silent_seconds, host)) is not None:
             result.update(hung)
         else:
             state = "the server reported ready" if healthy else "no error line"
@@ -202,7 +202,7 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     return result
 
 
-def _hang_verdict(lines, healthy, silent_seconds, source, facts, host) -> dict | None:
+def _hang_verdict(lines, healthy, silent_seconds, host) -> dict | None:
     """startup_hang for a log without an error: it stops inside a start-up stage, or the wait says it has been
     silent (then wherever it stopped). None when it is no hang (ready, died, or merely cut after a step)."""
     st = _hang.last_stage(lines)
