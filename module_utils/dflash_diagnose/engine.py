@@ -179,6 +179,13 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     seg_text = "\n".join(ln.raw for ln in lines[lo:hi])
     fill = _fill(chosen, facts, lines, seg_text)
     rule = chosen.rule
+    if rule.name == "sglang_watchdog_timeout":  # the stage the server hung in: the start-up lines before it
+        st = _hang.last_stage(lines[seg[0]: chosen.line.index])
+        up = st is not None and st["marker_stage"] == "ready"
+        stage = st["stage"] if st and not up else "other"
+        words = "serving, after the start-up" if up else _hang.STAGE_WORDS[stage]
+        fill.update(stage=stage, stage_words=words, hang_remedy=_hang.remedy(stage, seg_text, host)
+                    or "rerun with NCCL_DEBUG=INFO and read the stack dump the watchdog printed")
     summary = rule.summary.format_map(fill)
     if len(segs) > 1:
         summary += f" (start {seg_no} of {len(segs)} in this log)"
@@ -206,7 +213,7 @@ def _hang_verdict(lines, healthy, silent_seconds, host) -> dict | None:
     """startup_hang for a log without an error: it stops inside a start-up stage, or the wait says it has been
     silent (then wherever it stopped). None when it is no hang (ready, died, or merely cut after a step)."""
     st = _hang.last_stage(lines)
-    if st is not None and (st["stage"] == "ready" or st["died"] is not None):
+    if st is not None and (st["marker_stage"] == "ready" or st["died"] is not None):
         return None
     if healthy and not (silent_seconds is not None and st is not None and st["stage"] == "warmup"):
         return None

@@ -175,6 +175,15 @@ ROWS += [
      "{arch_fix}", False, (r"quantization method|FlashInfer(?: JIT)? (?:requires|only|does not|is not)"
                          r"|attention_backend=flashinfer")),
 
+    # ---------------------------------------------------------------- startup_hang (a hang the log names)
+    ("sglang_watchdog_timeout", "startup_hang", 41,
+     # sglang's own watchdog ("Watchdog timeout (self.watchdog_timeout=300)", "Scheduler watchdog timeout
+     # (self.watchdog_timeout=300, self.soft=False)", TokenizerManager's): a forward or a collective that did not
+     # move for that long; it then dumps the stacks and SIGQUITs the server. The stage comes from the lines before.
+     r"(?:\b\w+ )?[Ww]atchdog timeout \((?:self\.)?watchdog_timeout=(?P<wd_secs>[\d.]+)",
+     ("sglang's watchdog ended a server that did not move for {wd_secs} s, in {stage_words} ({stage}): a hang, "
+      "not a crash"),
+     "{hang_remedy}", False, None),
     # ---------------------------------------------------------------- startup_hang (a stall the log names)
     ("startup_compaction_stall", "startup_hang", 40,
      # host memory compaction while a start-up step reserves contiguous memory (unified-memory GPUs)

@@ -148,3 +148,22 @@ def test_a_real_sglang_start_up_cut_at_each_stage(cut, stage):
     end = log.index("\n", log.index(cut))
     r = diagnose_text(log[: end + 1], silent_seconds=600)
     assert (r["cause"], r["stage"]) == ("startup_hang", stage), r["summary"]
+
+
+@pytest.mark.parametrize(("line", "stage"), [
+    # sglang's watchdog, in the wordings of its versions; the stage comes from the lines before it
+    ("[2025-03-10 16:26:32 TP0] Watchdog timeout (self.watchdog_timeout=300)", "warmup"),
+    ("[2026-01-01 10:05:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "warmup"),
+])
+def test_sglangs_watchdog_names_a_hang_even_when_a_kill_follows(line, stage):
+    log = (FIXTURES / "startup_hang/sglang-4257-tp2-stuck-at-warmup-prefill.log").read_text()
+    r = diagnose_text(log + line + "\n" + KILL_NOISE)
+    assert (r["cause"], r["stage"]) == ("startup_hang", stage), r["summary"]
+    assert "did not move for 300 s" in r["summary"] and "--disable-custom-all-reduce" in r["remedy"]
+
+
+def test_a_watchdog_after_the_server_was_up_is_a_hang_while_serving():
+    log = ("[2026-01-01 10:00:00] The server is fired up and ready to roll!\n"
+           "[2026-01-01 11:00:00 TP0] Watchdog timeout (self.watchdog_timeout=300)\n")
+    r = diagnose_text(log)
+    assert (r["cause"], r["stage"]) == ("startup_hang", "other") and "serving, after the start-up" in r["summary"]
