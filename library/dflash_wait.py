@@ -102,6 +102,17 @@ options:
   resume:
     description: Internal. The state a chunked wait returned (restart time, restart result); no restart then.
     type: dict
+  fingerprint:
+    description:
+      - The host's C(dflash_fingerprint) fact, handed to the diagnosis of a failed instance (its GPU, SM, driver,
+        CUDA and topology name the real GPU and options in the remedy; see C(dflash_diagnose)).
+    type: dict
+  judged:
+    description:
+      - Internal (the action plugin sets it). Per instance name, its smoke record with the gates judged on the
+        controller (C(output.judge)) added. Nothing is restarted nor waited for; the records are written, the
+        release is marked healthy (with O(mark)) when every gate passed, else the module fails naming the gates.
+    type: dict
 extends_documentation_fragment: [dflash_release_target]
 author: dflash-deploy
 """
@@ -134,12 +145,14 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.secrets import redact
 from ansible.module_utils.dflash_diagnose.engine import diagnose_text
+from ansible.module_utils.dflash_release.gates import release_context
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import mark
 from ansible.module_utils.dflash_release.smoke import (
     SmokeError,
     base_url,
     instance_secret_values,
+    judged_records,
     merge_record,
     smoke_all,
 )
@@ -178,6 +191,8 @@ def main():
             "chunk_seconds": {"type": "float", "default": 0.0},
             "ready_grace": {"type": "float", "default": 60.0},
             "resume": {"type": "dict"},
+            "fingerprint": {"type": "dict"},
+            "judged": {"type": "dict"},
         },
         supports_check_mode=True,
         **target_constraints(),
@@ -197,6 +212,8 @@ def main():
     # and in the records it writes (redact); a crashing sglang logs its ServerArgs, keys included
     secrets = instance_secret_values(insts_full)
     module.no_log_values.update(secrets)
+    if p["judged"] is not None:
+        record_judged(module, p, where, secrets)
     insts = [{
         "name": item["name"],
         "unit": item.get("unit") or unit_name(item["name"]),
@@ -234,6 +251,30 @@ def main():
         # the release proved healthy: status.json (what dflash_release action=mark writes)
         rdir = os.path.realpath(p["release_dir"])
         detail = redact({"instances": [i["name"] for i in insts], "smoke": result.get("smoke", {})}, secrets)
+        try:
+            result["status"] = mark(os.path.dirname(os.path.dirname(rdir)), os.path.basename(rdir), "healthy",
+                                    detail)["status"]
+        except ReleaseError as exc:
+            module.fail_json(msg=f"{where}{exc}", **result)
+    module.exit_json(**result)
+
+
+def record_judged(module, p, where, secrets):
+    """The second call of a smoke test whose reply the controller judged (``judged``: {name: smoke record with
+    the controller's gates added}): write the records, mark the release healthy when everything passed (with
+    ``mark``), else fail naming the gates, as the first call would have."""
+    ctx = release_context(p["release_dir"], p["baseline_release"])
+    smoke, failed, msgs = judged_records(p["judged"], ctx, where)
+    smoke = {n: redact(r, secrets) for n, r in smoke.items()}
+    if p["record_dir"]:
+        for name, rec in smoke.items():
+            merge_record(p["record_dir"], name, "smoke", rec)
+    result = {"changed": False, "smoke": smoke, "failed_instances": failed, "verdict": "healthy"}
+    if failed:
+        module.fail_json(msg=redact("; ".join(msgs), secrets), **result)
+    if p["mark"] and p["release_dir"]:
+        rdir = os.path.realpath(p["release_dir"])
+        detail = redact({"instances": sorted(smoke), "smoke": smoke}, secrets)
         try:
             result["status"] = mark(os.path.dirname(os.path.dirname(rdir)), os.path.basename(rdir), "healthy",
                                     detail)["status"]

@@ -22,7 +22,8 @@ endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministicall
                                       simulated timings, process_cpu_seconds_total (restarts reset it)
   POST /lab/fault {"fault": F}        stand-in only: switch the fault mode of a running server (F one
                                       of RUNTIME_FAULTS: "" for none, low_accept, degenerate,
-                                      wrong_answer), e.g. to make its accept length drop for the
+                                      wrong_answer and the broken replies token_soup, mojibake,
+                                      sentence_loop, regurgitation), e.g. to make its accept length drop for the
                                       alert rules; 400 for another; needs the API key like the API
   POST /v1/chat/completions           content / reasoning_content, usage; honours max_tokens,
                                       temperature, seed, stream
@@ -42,12 +43,20 @@ Fault injection (environment, e.g. from the instance's `env` in the inventory):
                               faults/<cause>.log next to this file) to stderr, exit 1; optional
                               DFLASH_STANDIN_FAULT_DELAY seconds before that
   DFLASH_STANDIN_FAULT=slow   /health is 503 for DFLASH_STANDIN_START_DELAY seconds (default 5)
-  DFLASH_STANDIN_FAULT=hang   listens, but /health never answers 200
+  DFLASH_STANDIN_FAULT=hang   listens, but /health never answers 200; its log stops in a start-up stage
+                              (DFLASH_STANDIN_HANG_LOG, a file or a name under faults/; default
+                              faults/startup_hang.log: the NCCL set-up)
   DFLASH_STANDIN_FAULT=wrong  healthy, but chat content and reasoning are empty, /generate has no
                               spec fields and server info says speculative_algorithm null
   DFLASH_STANDIN_FAULT=wrong_answer  the fibonacci answer is code that runs but returns 1 (a def
                               and a loop, the wrong value)
   DFLASH_STANDIN_FAULT=degenerate    every reply is one character repeated ("!!!!", the seeds' CT129)
+  DFLASH_STANDIN_FAULT=token_soup    every reply is token soup: subword pieces of six scripts (a quantised
+                              model served with the wrong kernels)
+  DFLASH_STANDIN_FAULT=mojibake      the right code after a sentence whose UTF-8 was read as cp1252
+                              ("Hereâ€™s ...")
+  DFLASH_STANDIN_FAULT=sentence_loop the right code, then one sentence again and again until max_tokens
+  DFLASH_STANDIN_FAULT=regurgitation the reply replays the chat template: user turn, assistant turn, ...
   DFLASH_STANDIN_FAULT=slower decoding is DFLASH_STANDIN_SLOWER_FACTOR (default 0.6: 40% slower) times
                               the usual speed
   DFLASH_STANDIN_FAULT=low_accept    speculation accepts fewer drafts (accept length about 2 instead
@@ -110,9 +119,11 @@ BANNER = (
     "(sglang " + SGLANG_VERSION + ") without a GPU; outputs are canned and deterministic."
 )
 
-FAULTS = ("", "crash", "slow", "hang", "wrong", "wrong_answer", "degenerate", "slower", "low_accept")
+FAULTS = ("", "crash", "slow", "hang", "wrong", "wrong_answer", "degenerate", "slower", "low_accept", "token_soup",
+          "mojibake", "sentence_loop", "regurgitation")
 # faults a running server can switch to (POST /lab/fault): the ones each request reads as it is answered
-RUNTIME_FAULTS = ("", "low_accept", "degenerate", "wrong_answer")
+RUNTIME_FAULTS = ("", "low_accept", "degenerate", "wrong_answer", "token_soup", "mojibake", "sentence_loop",
+                  "regurgitation")
 # sglang 0.5.11's default buckets (srt/observability/metrics_collector.py, TokenizerMetricsCollector)
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400)
@@ -335,6 +346,32 @@ GENERIC_ANSWER = (
     "with canned, deterministic text so that smoke tests can check the shape of the response."
 )
 
+# broken replies of the output faults (reply generation only; the judge on the controller names them)
+SOUP_PIECES = ("ดาร", "价位", " presenter", "しぶ", "האמר", "流行", "пут", "崖", " conseils", ".quantity", "塅",
+               "inscription", "odu", "éments", " בדיוק", " soaked", "コミュ", " семь", "סכום", " keine", "人们",
+               "/npm", " zombies", "مصطف", ".Full", " поск", "字符串", "仓库", "恋", "┾", " =\",", "นะ", "颃",
+               "ktor", " Bugs", "ـــ", "ίδ", "αλ", "(stdout", " Least")
+MOJIBAKE_LINE = ("Here\u2019s the \u201citerative\u201d version \u2014 it runs in O(n) time and O(1) memory "
+                 "(n \u2265 0) \u2026\n").encode("utf-8").decode("cp1252", errors="replace")
+LOOP_SENTENCE = "The function returns the n-th Fibonacci number by iteration. "
+
+
+def broken_reply(fault: str, prompt: str, answer: str, max_tokens: int | None) -> str | None:
+    """The content of an output fault (token_soup, mojibake, sentence_loop, regurgitation), else None."""
+    budget = max(8, int(max_tokens if max_tokens is not None else 128))
+    if fault == "token_soup":
+        rng = random.Random(hashlib.sha256(prompt.encode()).hexdigest())
+        return "".join(rng.choice(SOUP_PIECES) for _ in range(budget))
+    if fault == "mojibake":
+        return MOJIBAKE_LINE + answer
+    if fault == "sentence_loop":
+        return answer + "\n\n" + LOOP_SENTENCE * budget
+    if fault == "regurgitation":
+        turn = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+        return turn * budget
+    return None
+
+
 _TOKEN_RE = re.compile(r"\s+|\w+|[^\w\s]")
 
 
@@ -371,6 +408,9 @@ def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reas
     if fault == "degenerate":
         think = []
         answer = ["!"] * max(1, int(max_tokens if max_tokens is not None else 128))
+    broken = broken_reply(fault, prompt, "".join(answer), max_tokens)
+    if broken is not None:
+        think, answer = [], tokens_of(broken)
     material = f"{prompt}|{seed}"
     think, answer = _vary(think, temperature, material + "|t"), _vary(answer, temperature, material + "|a")
     limit = max_tokens if max_tokens is not None else len(think) + len(answer)
@@ -650,6 +690,8 @@ class Handler(BaseHTTPRequestHandler):
     state: State  # set on the class by serve()
 
     def log_message(self, fmt, *args):  # uvicorn-like access log
+        if self.state.fault == "hang":  # a hung sglang has no HTTP server yet: its log stays silent
+            return
         log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
             f"{args[1] if len(args) > 1 else ''}")
 
@@ -1097,10 +1139,13 @@ def serve(args: dict, state: State) -> int:
     signal.signal(signal.SIGINT, _stop)
     if int(args.get("nnodes") or 1) > 1:
         threading.Thread(target=rendezvous, args=(args, state), daemon=True).start()
-    log(f"INFO:     Uvicorn running on http://{args['host']}:{args['port']} (Press CTRL+C to quit)")
     if state.fault == "hang":
+        # a start-up that stops in a stage, as a hung sglang's log does (default: in the NCCL set-up)
+        sys.stderr.write(fault_log_text(os.environ.get("DFLASH_STANDIN_HANG_LOG", "").strip() or "startup_hang"))
+        sys.stderr.flush()
         log("lab stand-in: fault 'hang': listening, /health will never answer 200")
     else:
+        log(f"INFO:     Uvicorn running on http://{args['host']}:{args['port']} (Press CTRL+C to quit)")
         if state.start_delay > 0:
             log(f"lab stand-in: fault 'slow': /health answers 503 for {state.start_delay:g} s")
 

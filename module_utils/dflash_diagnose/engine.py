@@ -6,6 +6,8 @@ from __future__ import annotations
 import bisect
 import os
 
+from ansible.module_utils.dflash_diagnose import hang as _hang
+from ansible.module_utils.dflash_diagnose import host as _host
 from ansible.module_utils.dflash_diagnose.facts import _collect_facts
 from ansible.module_utils.dflash_diagnose.fill import _clip, _evidence, _fill
 from ansible.module_utils.dflash_diagnose.rule import Rule
@@ -22,8 +24,10 @@ from ansible.module_utils.dflash_diagnose.scan import (
     _split_lines,
     read_log,
 )
+from ansible.module_utils.dflash_diagnose.structure import STRUCT_RULES, raised, structural_matches
 from ansible.module_utils.dflash_diagnose.unknown import (
     _OS_ERROR_RE,
+    KILL_RE,
     _first_generic_failure,
     _first_traceback,
     _generic_text,
@@ -32,13 +36,23 @@ from ansible.module_utils.dflash_diagnose.unknown import (
 )
 
 
-def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None) -> dict:
-    """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}."""
+def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None, fingerprint: dict | None = None,
+                  silent_seconds: float | None = None) -> dict:
+    """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}.
+
+    ``fingerprint``: the host's ``dflash_fingerprint`` (its GPU, SM, driver, CUDA and toolkits replace what the
+    log seems to say; result key ``host``). ``silent_seconds``: how long the log has been silent while the
+    server was still starting (the wait knows it): a log without an error is then a hang (``startup_hang``)
+    wherever it stopped."""
     lines = _split_lines(text or "")
     scan = _Scan(lines)
     segs = _segments(lines, scan)
-    facts = _collect_facts([lines[i].text for i in sorted(scan.fact_lines)])
+    host = _host.summary(fingerprint)
+    facts, host_notes = _host.merge(_collect_facts([lines[i].text for i in sorted(scan.fact_lines)]), host)
+    if host.get("sm"):
+        facts["host_sm"], facts["host_gpu"] = host["sm"], host.get("gpu")
     rule_lines = sorted(scan.rule_lines)
+    exceptions = raised(lines)
 
     chosen = None
     seg_matches: list[_Match] = []
@@ -49,7 +63,7 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     for i in range(len(segs) - 1, -1, -1):
         a, b = segs[i]
         lo, hi = bisect.bisect_left(rule_lines, a), bisect.bisect_left(rule_lines, b)
-        ms = [m for li in rule_lines[lo:hi] for m in _match_line(lines[li])]
+        ms = [m for li in rule_lines[lo:hi] for m in _match_line(lines[li])] + structural_matches(exceptions, a, b)
         # an error the same start went on past, to the end of its warm-up, did not stop the server
         ready = [r for r in scan.ready_lines if a <= r < b]
         gone_past = [m for m in ms if not m.rule.weak and ready and ready[-1] > m.line.index]
@@ -70,13 +84,19 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
         "summary": "",
         "remedy": "",
         "evidence": [],
-        "facts": {k: v for k, v in facts.items() if k != "driver_cuda_raw"},
+        "facts": {k: v for k, v in facts.items() if k not in ("driver_cuda_raw", "host_sm", "host_gpu")},
         "lines": len(lines),
         "source": source,
         "starts": len(segs),
     }
     if read_info:
         result.update(read_info)
+    if host:
+        result["host"] = {k: v for k, v in host.items() if k != "topology"}
+    if host_notes:
+        result["notes"] = host_notes
+    if silent_seconds is not None:
+        result["silent_seconds"] = round(float(silent_seconds), 1)
 
     superseded = None
     if chosen is not None and not chosen.rule.weak:
@@ -105,6 +125,12 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
                 "read the evidence line and the lines before it; rerun the server in the foreground to see "
                 "the full traceback")
             result["evidence"] = [_clip(generic.raw)]
+            # a kill that ends a start-up which had stopped inside a stage: say where it was
+            st = _hang.last_stage(lines[: generic.index])
+            if st is not None and st["under_way"] and KILL_RE.search(generic.text):
+                result["summary"] += (f"; the start-up had stopped in {_hang.STAGE_WORDS[st['stage']]} ({st['stage']}) "
+                                      "with no error line before that")
+                result["stage"] = st["stage"]
             if superseded:
                 early = superseded[0]
                 result["summary"] += (f"; the earlier {early.rule.cause} line {early.line.index + 1} did not stop "
@@ -124,6 +150,8 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
                 if hint:
                     result["remedy"] = f"{hint}; {result['remedy']}"
                 result["evidence"].insert(0, _clip(oserr.raw))
+        elif (hung := _hang_verdict(lines, healthy, silent_seconds, host)) is not None:
+            result.update(hung)
         else:
             state = "the server reported ready" if healthy else "no error line"
             result["summary"] = f"no failure found in {source} ({len(lines)} lines; {state})"
@@ -151,6 +179,13 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     seg_text = "\n".join(ln.raw for ln in lines[lo:hi])
     fill = _fill(chosen, facts, lines, seg_text)
     rule = chosen.rule
+    if rule.name == "sglang_watchdog_timeout":  # the stage the server hung in: the start-up lines before it
+        st = _hang.last_stage(lines[seg[0]: chosen.line.index])
+        up = st is not None and st["marker_stage"] == "ready"
+        stage = st["stage"] if st and not up else "other"
+        words = "serving, after the start-up" if up else _hang.STAGE_WORDS[stage]
+        fill.update(stage=stage, stage_words=words, hang_remedy=_hang.remedy(stage, seg_text, host)
+                    or "rerun with NCCL_DEBUG=INFO and read the stack dump the watchdog printed")
     summary = rule.summary.format_map(fill)
     if len(segs) > 1:
         summary += f" (start {seg_no} of {len(segs)} in this log)"
@@ -169,14 +204,49 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     })
     if rule.weak:
         result["summary"] += " (from a warning: no fatal error line was found)"
+    if rule.cause == "startup_hang":
+        result["stage"] = fill.get("stage", "other")
     return result
 
 
-def diagnose_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+def _hang_verdict(lines, healthy, silent_seconds, host) -> dict | None:
+    """startup_hang for a log without an error: it stops inside a start-up stage, or the wait says it has been
+    silent (then wherever it stopped). None when it is no hang (ready, died, or merely cut after a step)."""
+    st = _hang.last_stage(lines)
+    if st is not None and (st["marker_stage"] == "ready" or st["died"] is not None):
+        return None
+    if healthy and not (silent_seconds is not None and st is not None and st["stage"] == "warmup"):
+        return None
+    if silent_seconds is None and (st is None or not st["under_way"]):
+        return None
+    stage = st["stage"] if st else "other"
+    text = "\n".join(ln.raw for ln in lines)
+    quiet = _hang.silence_text(silent_seconds)
+    if st is not None:
+        where = f"the last start-up line (line {st['line'].index + 1}) is {_clip(st['line'].text)[:160]!r}"
+    else:
+        where = f"the log ({len(lines)} lines) names no start-up stage"
+    if quiet:
+        summary = (f"the start-up hangs in {_hang.STAGE_WORDS[stage]} ({stage}): no error line, {where}, and the log "
+                   f"has been silent for {quiet}")
+    else:
+        summary = (f"the start-up stops in {_hang.STAGE_WORDS[stage]} ({stage}) with no error line: {where}; if the "
+                   "server has been silent since, it hangs there")
+    if host.get("gpus"):
+        summary += f" (host: {host['gpus']})"
+    evidence = [_clip(st["line"].raw)] if st is not None else []
+    return {"cause": "startup_hang", "stage": stage, "summary": summary,
+            "remedy": _hang.remedy(stage, text, host), "evidence": evidence,
+            "rule": "startup_stage", "line": st["line"].index + 1 if st else None}
+
+
+def diagnose_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, fingerprint: dict | None = None,
+                  silent_seconds: float | None = None) -> dict:
     text, info = read_log(path, max_bytes=max_bytes)
-    return diagnose_text(text, source=os.path.basename(path), read_info=info)
+    return diagnose_text(text, source=os.path.basename(path), read_info=info, fingerprint=fingerprint,
+                         silent_seconds=silent_seconds)
 
 
 def fields_for(cause: str) -> list[Rule]:
-    """The rules of one cause (for docs and tests)."""
-    return [r for r in RULES if r.cause == cause]
+    """The rules of one cause, line rows and structural rows (for docs and tests)."""
+    return [r for r in [*RULES, *STRUCT_RULES] if r.cause == cause]

@@ -275,7 +275,10 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     if match.rule.cause == "cuda_oom":
         f.update(_oom_details(seg_text, facts, match, lines))
     if match.rule.cause in _startup.CAUSES:
-        f.update(_startup.fill(g, facts, seg_text))
+        # the deciding line with the few lines before it (an assert statement, the frame that raised)
+        near = "\n".join(ln.text for ln in lines[max(0, match.line.index - 3): match.line.index + 1])
+        f.update(_startup.fill(g, facts, near if match.rule.name == "gpu_arch_refused" else seg_text,
+                               match.rule.name, match.line.text))
     return f
 
 

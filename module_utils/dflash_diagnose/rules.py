@@ -244,6 +244,15 @@ RULES: list[Rule] = [
          "raise `--mem-fraction-static` (now {mem_fraction_static}) if the GPU is otherwise free, and/or "
          "lower `--context-length` / `--max-running-requests`, use a larger `--tp-size`, or free the GPU "
          "(other processes: check nvidia-smi)"),
+    Rule("kv_pool_profiled_negative", "cuda_oom", 72,
+         # sglang: the memory left after the weights, profiled, gives a negative number of KV tokens (the run then
+         # fails however it is worded, or not at all on some versions)
+         _rx(r"max_total_(?:num_)?tokens=\d+ is larger than the profiled value (?P<profiled>-\d+)"),
+         "too little GPU memory is left for the KV cache after loading the weights: the profiled KV pool is "
+         "{profiled} tokens{mfs_s}",
+         "the weights (and activations) take more than the memory the server may use: use more GPUs (a larger "
+         "`--tp-size`), a quantised model, or raise `--mem-fraction-static` (now {mem_fraction_static}) when the GPU "
+         "holds nothing else; lower `--context-length` / `--max-running-requests`"),
     Rule("vllm_no_cache_memory", "cuda_oom", 72,
          _rx(r"No available memory for the cache blocks"
              r"|larger than the maximum number of tokens that can be stored in KV cache"
@@ -509,7 +518,7 @@ RULE_KEYWORDS = (
     "config format", "valid json", "budget", "minimum required version", "packagenotfound", "no cuda gpus",
     "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
     "infer device type", "no platform detected", "peer access",
-    "greater than the derived",
+    "greater than the derived", "profiled value",
     "error: unrecognized arguments", "error: argument ", "error: ambiguous option", "arguments are required",
     *_startup.KEYWORDS,
 )

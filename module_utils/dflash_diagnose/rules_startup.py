@@ -1,6 +1,8 @@
 """Diagnosis rules for the start-up failures operators meet after the imports work: the server
-refuses a combination of options, speculative decoding is refused on (or breaks) a hybrid /
-linear-attention target, CUDA graph capture fails for a reason other than memory.
+refuses a combination of options, a backend / dtype / kernel refuses the GPU generation, speculative
+decoding is refused on (or breaks) a hybrid / linear-attention target, CUDA graph capture fails for a
+reason other than memory, the start-up stalls in a stage (hangs without an error line are found by
+hang.py, not by a row).
 
 Data only: ``CAUSES`` and ``ROWS`` (name, cause, priority, pattern, summary, remedy, weak, unless)
 that module_utils/dflash_diagnose/rules.py turns into rows of its ``RULES`` table, and the lower-case
@@ -13,20 +15,29 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.dflash_common import sglang as _sg
+from ansible.module_utils.dflash_diagnose import arch as _arch
+from ansible.module_utils.dflash_diagnose import hang as _hang
+from ansible.module_utils.dflash_diagnose.arch import ARCH_WORDS
 
-CAUSES = ("incompatible_options", "speculative_hybrid", "cuda_graph_capture")
+CAUSES = ("incompatible_options", "speculative_hybrid", "cuda_graph_capture", "gpu_arch_refused", "startup_hang")
+
+# sglang's attention backend names (a message listing two or more of them is about the backend option)
+_BACKENDS = (r"(?:fa3|fa4|flashinfer|triton|trtllm_mha|trtllm_mla|aiter|torch_native|flashmla|cutlass_mla|intel_xpu"
+             r"|ascend|wave|flex_attention|intel_amx|nsa|dual_chunk_flash_attn)")
 
 # options and fields of ServerArgs the incompatible-option checks talk about
 _OPTION = (
     r"(?:--[a-z][a-z0-9-]{2,}|\b(?:speculative[_ ]\w+|page[_ ]size|attention[_ ]backend|\w+AttentionBackend"
     r"|radix[_ ]cache|overlap[_ ]schedul\w*|dp[_ ]attention|[tdpe]p_size|chunked[_ ]prefill\w*|cuda[_ ]graph\w*"
     r"|torch[_ ]compile|mamba[_ ]\w+|disaggregation\w*|grammar[_ ]backend|kv[_ ]cache[_ ]dtype|enable_\w+"
-    r"|disable_\w+|MambaRadixCache\w*|multi-layer EAGLE|speculative decoding)\b)"
+    r"|disable_\w+|MambaRadixCache\w*|multi-layer EAGLE|speculative decoding)\b"
+    r"|\b" + _BACKENDS + r"(?:,\s*|\s+or\s+)" + _BACKENDS + r"\b)"
 )
 _REFUSAL = (
     r"(?:\bincompatible with\b|\bnot compatible with\b|\bis not supported (?:with|when|yet|together)\b"
     r"|\bare not supported (?:with|when|together)\b|\bdoes not support\b|\brequires\b|\bmust be\b"
-    r"|\bcannot be used (?:with|together)\b|\bcan only be used with\b|\bis only supported (?:with|when|for)\b)"
+    r"|\bcannot be used (?:with|together)\b|\bcan only be used with\b|\bis only supported (?:with|when|for)\b"
+    r"|\b(?:is|are) required for\b[^\n]*\bbut got\b)"
 )
 # what the pinned sglang accepts (dflash_common/sglang.py): the remedies name the same backends the validation does
 _TREE_MASK = _sg.either(_sg.TREE_MASK_ATTENTION_BACKENDS)
@@ -61,10 +72,21 @@ ROWS = [
      r"|\bMTP\b|DFlash|draft model)[^\n]{0,80}(?:not supported|not compatible|incompatible|does not support|unsupported"
      r"|cannot start)"
      r"|(?:speculative|spec[ _-]?decod\w*|EAGLE|\bMTP\b|DFlash)[^\n]{0,80}(?:not supported|not compatible|incompatible"
-     r"|does not support|unsupported)[^\n]{0,60}(?:hybrid|mamba|linear[- ]attention|\bGDN\b|gated[ -]delta)"),
+     r"|does not support|unsupported)[^\n]{0,60}(?:hybrid|mamba|linear[- ]attention|\bGDN\b|gated[ -]delta)"
+     # vllm-metal: "Prefix caching for hybrid GDN models on Metal does not support speculative decoding yet"
+     r"|(?:hybrid|mamba|linear[- ]attention|\bGDN\b|gated[ -]delta)[^\n]{0,100}(?:does not support|not supported|cannot"
+     r" be used with|incompatible with)[^\n]{0,40}(?:speculative|spec[ _-]?decod\w*|EAGLE|\bMTP\b|DFlash|draft)"),
      "speculative decoding is refused on a hybrid (linear-attention / Mamba) target{arch_s}",
      _HYBRID_REMEDY, False, r"HybridAttentionBackend"),
 
+    ("spec_state_not_trimmable", "speculative_hybrid", 66,
+     # speculative decoding rolls rejected drafts back; a hybrid target's recurrent state (mlx's ArraysCache,
+     # mamba / conv state) cannot be trimmed or rolled back
+     (r"(?:speculative|spec[ _-]?decod\w*|draft)[^\n]{0,80}(?:requires?|needs?)[^\n]{0,40}(?:trimmable|rollback|roll"
+      r" back|rewind)[^\n]{0,40}(?:cache|state)(?:[^\n]*?got \{'(?P<cache_cls>\w+)')?"),
+     ("speculative decoding needs a cache it can roll back to the accepted tokens, and the hybrid target's recurrent "
+      "(linear-attention / Mamba) state {cache_cls_s}cannot be trimmed{arch_s}"),
+     _HYBRID_REMEDY, False, None),
     ("spec_hybrid_tree_kernels", "speculative_hybrid", 69,
      # this toolkit's patch 0103: DDTREE tree mode on linear-attention kernels that cannot follow a tree
      (r"DDTREE tree verify on a hybrid target needs linear-attention kernels that follow a tree[^\n]*?: "
@@ -117,10 +139,17 @@ ROWS = [
     ("cuda_graph_capture_failed", "cuda_graph_capture", 62,
      r"Capture (?:cuda|CUDA) graph failed:?\s*(?P<capture_error>[^\n]{0,200})",
      "capturing CUDA graphs failed at start-up (not for memory){capture_error_s}",
-     ("start once with `--disable-cuda-graph` to confirm it is the capture (expect a large speed loss: the "
-     "performance gate will measure it, keep it only as a stopgap); then remove what cannot be captured: drop "
-     "`--enable-torch-compile`, try another attention backend (`--attention-backend triton`), lower "
+     ("start once with `--disable-cuda-graph` (vLLM: `--enforce-eager`) to confirm it is the capture (expect a large "
+     "speed loss: the performance gate will measure it, keep it only as a stopgap); then remove what cannot be "
+     "captured: drop `--enable-torch-compile`, try another attention backend (`--attention-backend triton`), lower "
      "`--cuda-graph-max-bs`{cgbs_s}, or use a server release that fixes the kernel the traceback names"),
+     False, _OOM),
+    ("piecewise_graph_failed", "cuda_graph_capture", 62,
+     # sglang >= 0.5.6: piecewise CUDA graphs are on by default and name their own workaround
+     r"Piecewise CUDA Graph failed with error:?\s*(?P<capture_error>[^\n]{0,200})",
+     "capturing piecewise CUDA graphs failed at start-up{capture_error_s}",
+     ("start with `--disable-piecewise-cuda-graph` (the regular CUDA graphs stay on; what the server's own message "
+      "advises), or use a server release where the kernel the message names supports piecewise capture"),
      False, _OOM),
     ("stream_capture_error", "cuda_graph_capture", 61,
      (r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w+|capturing stream has unjoined work"
@@ -128,21 +157,63 @@ ROWS = [
      r"|stream capture (?:is )?(?:invalidated|unsupported)"),
      ("a kernel did something CUDA graph capture does not allow (a sync, an allocation, an RNG seed or another "
      "stream while capturing)"),
-     ("start once with `--disable-cuda-graph` to confirm (large speed loss: a stopgap only); then drop "
-     "`--enable-torch-compile`, try another attention backend (`--attention-backend triton`), or use a server / "
+     ("start once with `--disable-cuda-graph` (vLLM: `--enforce-eager`) to confirm (large speed loss: a stopgap only); "
+     "then drop `--enable-torch-compile` (a torch.compile'd function first called inside the capture), try another "
+     "attention backend (`--attention-backend triton`), or use a server / "
      "kernel release where the kernel in the traceback is capture-safe"),
      False, _OOM),
+]
+
+# ---------------------------------------------------------------- gpu_arch_refused
+# an exception (or the assert statement printed for it) that names a GPU generation / compute capability and
+# what it needs: "Bfloat16 is only supported on GPUs with compute capability of at least 8.0", "The 'fa3' backend
+# is not supported on Blackwell GPUs", "assert arch // 10 == 10, 'FP8 is only supported on SM100 ...'". FlashInfer's
+# own refusals keep their cause (flashinfer_arch), and so does a quantization the GPU cannot run.
+_NEEDS = (r"(?:\bonly\b[^\n]{0,80}\bsupport|\bnot supported (?:on|for|by)\b|\bunsupported (?:on|for)\b|\brequires?\b"
+          r"|\brequired\b|\bat least\b|\bor (?:newer|later|above|higher)\b|\bminimum\b|\bneeds?\b|\bonly works\b"
+          r"|\bdoes not support\b|>=)")
+ROWS += [
+    ("gpu_arch_refused", "gpu_arch_refused", 64,
+     (r"^(?:-?\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\s*:|assert\b)(?=[^\n]*" + ARCH_WORDS + r")(?=[^\n]*" + _NEEDS
+      + r")(?P<arch_msg>[^\n]{4,400})"),
+     "{arch_subject} refused this GPU{arch_here_s}: it needs {arch_need} ({arch_msg_short})",
+     "{arch_fix}", False, (r"quantization method|FlashInfer(?: JIT)? (?:requires|only|does not|is not)"
+                         r"|attention_backend=flashinfer")),
+
+    # ---------------------------------------------------------------- startup_hang (a hang the log names)
+    ("sglang_watchdog_timeout", "startup_hang", 41,
+     # sglang's own watchdog ("Watchdog timeout (self.watchdog_timeout=300)", "Scheduler watchdog timeout
+     # (self.watchdog_timeout=300, self.soft=False)", TokenizerManager's): a forward or a collective that did not
+     # move for that long; it then dumps the stacks and SIGQUITs the server. The stage comes from the lines before.
+     r"(?:\b\w+ )?[Ww]atchdog timeout \((?:self\.)?watchdog_timeout=(?P<wd_secs>[\d.]+)",
+     ("sglang's watchdog ended a server that did not move for {wd_secs} s, in {stage_words} ({stage}): a hang, "
+      "not a crash"),
+     "{hang_remedy}", False, None),
+    # ---------------------------------------------------------------- startup_hang (a stall the log names)
+    ("startup_compaction_stall", "startup_hang", 40,
+     # host memory compaction while a start-up step reserves contiguous memory (unified-memory GPUs)
+     (r"(?P<stalls>\d+) compaction stalls[^\n]*?(?:while|during) '(?P<stall_step>[^'\n]{3,60})'"
+      r"|(?:^|\] )(?P<stall_step2>[A-Za-z][\w ]{2,40}):[^\n]*?\b(?P<stalls2>\d+) compaction stalls"),
+     ("the start-up stalled in {stall_step} ({stage_words}): the host's memory compaction stalled {stalls} times "
+      "while reserving contiguous memory"),
+     ("host memory is fragmented: compact and drop the caches before the start (`sync; echo 3 > "
+      "/proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory`, e.g. an ExecStartPre of the unit), watch "
+      "compact_stall in /proc/vmstat, and leave more host memory free for the KV pool"), False, None),
 ]
 
 KEYWORDS = (
     "speculative", "spec_", "spec decod", "mamba", "attention does not", "does not support", "incompatible",
     "compatible with", "not supported", "requires", "must be", "cannot be used", "only be used", "only supported",
     "capture", "capturing", "ddtree", "extra_buffer",
+    "blackwell", "hopper", "ampere", "volta", "turing", "pascal", " ada", "sm_", "sm1", "sm9", "sm8", "sm7", "sm 1",
+    "sm 9", "sm 8", "sm 7", "arch.sm", "capabilit", "is required", "trimmable", "rollback", "piecewise",
+    "compaction stall",
 )
 
 
-def fill(groups: dict, facts: dict, text: str) -> dict:
-    """Template fields of these rules (arch_s, check_short, capture_error_s, cgbs_s)."""
+def fill(groups: dict, facts: dict, text: str, rule_name: str = "", line_text: str = "") -> dict:
+    """Template fields of these rules (arch_s, check_short, capture_error_s, cgbs_s, the GPU-generation and
+    stall fields)."""
     out = {}
     arch = groups.get("arch")
     if not arch:
@@ -163,6 +234,7 @@ def fill(groups: dict, facts: dict, text: str) -> dict:
     ms = groups.get("mamba_strategy") or (re.search(r"--mamba-scheduler-strategy (\w+)", text or "") or [None, None])[1]
     out["mamba_strategy_s"] = f" under --mamba-scheduler-strategy {ms}" if ms else ""
     low = check.lower()
+    listed = re.findall(r"\b" + _BACKENDS + r"\b", low)
     if re.search(r"speculative_(?:num|eagle)|num_steps|draft_tokens|eagle_topk|eagle requires", low):
         hint = ("set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens explicitly "
                 "so that they agree with each other and with the algorithm (the message states the rule); ")
@@ -172,6 +244,13 @@ def fill(groups: dict, facts: dict, text: str) -> dict:
     elif "mamba" in low or "page" in low:
         hint = ("hybrid (Mamba / linear-attention) targets restrict the cache options: leave --page-size at 1 or "
                 "switch the radix cache off (--disable-radix-cache); ")
+    elif len(set(listed)) >= 2:
+        got = re.search(r"but got (\w+)", low)
+        ok = [b for b in dict.fromkeys(listed) if b != (got.group(1) if got else None)
+              and _arch.runs_on(b, _arch.parse_sm(facts.get("sm"))) is not False]
+        hint = (f"the message lists the attention backends this model accepts: set one of them with "
+                f"`--attention-backend {ok[0] if ok else listed[0]}`" + (f" (or {', '.join(ok[1:3])})" if len(ok) > 1 else "")
+                + "; ")
     elif "attention" in low:
         refused = re.search(r"does not support (\w+) attention", low)
         other = "flashinfer" if refused and refused.group(1) == "triton" else "triton"
@@ -179,4 +258,58 @@ def fill(groups: dict, facts: dict, text: str) -> dict:
     else:
         hint = ""
     out["options_hint"] = hint
+    cache_cls = groups.get("cache_cls")
+    out["cache_cls_s"] = f"({cache_cls}) " if cache_cls else ""
+    if rule_name == "gpu_arch_refused":
+        out.update(_arch_fill((groups.get("arch_msg") or line_text).strip(), facts, text))
+    if groups.get("stall_step") or groups.get("stall_step2"):
+        out["stall_step"] = groups.get("stall_step") or groups.get("stall_step2")
+        out["stalls"] = groups.get("stalls") or groups.get("stalls2") or "?"
+        step = out["stall_step"].lower()
+        stage = ("kv_pool" if re.search(r"kv|cache|pool", step) else "weights" if re.search(r"weight|load", step)
+                 else "graph_capture" if "graph" in step else "other")
+        out["stage"] = stage
+        out["stage_words"] = _hang.STAGE_WORDS[stage]
+    return out
+
+
+def _arch_fill(msg: str, facts: dict, context: str = "") -> dict:
+    """Summary and remedy fields of a GPU-generation refusal, for the host's GPU when known. ``context``: the
+    message with the lines printed just before it (the ``assert`` statement names the kernel's own check)."""
+    key, subject = _arch.refused_subject(msg)
+    if key is None and context:
+        key, subject = _arch.refused_subject(context)
+    need = _arch.needed(msg)
+    host_sm = _arch.parse_sm(facts.get("host_sm"))
+    gpu = facts.get("host_gpu")
+    if host_sm is None:
+        said_gpu, said_sm = _arch.host_from_message(msg)
+        host_sm, gpu = said_sm, gpu or said_gpu
+    fam = _arch.family(host_sm)
+    here = [b for b in (gpu, f"SM {_arch.sm_text(host_sm)}" if host_sm else None, fam) if b]
+    out = {"arch_subject": subject[:1].upper() + subject[1:], "arch_need": need,
+           "arch_here_s": f" ({', '.join(here)})" if here else "",
+           "arch_msg_short": msg if len(msg) <= 200 else msg[:197] + "..."}
+    on = f" on this {gpu or 'GPU'}" + (f" (SM {_arch.sm_text(host_sm)})" if host_sm else "")
+    if key == "bf16":
+        fix = (f"serve in float16{on}: `--dtype float16` (`--dtype half` is the same, in sglang and vLLM); bfloat16 "
+               "needs SM 8.0 (Ampere) or newer. A checkpoint stored in bf16 loads as float16")
+    elif key == "fp8":
+        fix = (f"leave FP8 out{on}: `--kv-cache-dtype auto` and a bf16 / fp16 checkpoint instead of an FP8 one (FP8 "
+               "needs SM 8.9 or newer, and some kernels SM 10.x only)")
+    elif key in _arch.BACKEND_SM or key == "flash_attn":
+        choice = _arch.attention_choice(host_sm, key)
+        fix = f"use an attention backend that runs{on}: {choice}"
+        if key in ("fa3", "fa4"):
+            fix += ("; a multimodal model's vision blocks choose their own backend: set `--mm-attention-backend` "
+                    "too (e.g. `--mm-attention-backend triton_attn`) when the instance sets no fa3 / fa4 itself")
+        if key == "fa4":
+            fix += ("; or install a flash-attn-4 release whose arch check includes this GPU (newer releases add "
+                    "SM 10.3 / 11.x / 12.x)")
+        if key == "flash_attn":
+            fix += "; FlashAttention 2 needs SM 8.0 (Ampere) or newer (triton runs on older GPUs)"
+    else:
+        fix = (f"choose the option, dtype or kernel the message names as supported{on}, or run the model on a GPU "
+               f"of {need}")
+    out["arch_fix"] = fix
     return out

@@ -229,6 +229,8 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
             if gates:
                 choice = ((out.get("choices") or [{}])[0] or {}) if isinstance(out, dict) else {}
                 results += output_gates(choice.get("message") or {}, choice.get("finish_reason"), gates)
+                # the reply itself, for the judge that runs on the controller (gates_judge.py, the action plugin)
+                rec["reply"] = reply_record(choice.get("message") or {})
 
         expected = expected_algorithm(args, algorithm)
         rec["algorithm"] = expected
@@ -275,6 +277,47 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
         rec["error"] = msg
         raise SmokeError(msg, rec) from None
     return rec
+
+
+REPLY_MAX_CHARS = 8000
+# gates the controller runs on the reply the smoke test returned (action_plugins/dflash_wait.py)
+CONTROLLER_GATES = ("output.judge",)
+
+
+def reply_record(message: dict) -> dict:
+    """{content, reasoning_content} of a chat message, each cut to REPLY_MAX_CHARS (None when absent)."""
+    out = {}
+    for key in ("content", "reasoning_content"):
+        val = (message or {}).get(key)
+        if val is None and key == "reasoning_content":
+            val = (message or {}).get("reasoning")
+        out[key] = None if val is None else str(val)[:REPLY_MAX_CHARS]
+    return out
+
+
+def judged_records(records: dict, context: dict, where: str = "") -> tuple:
+    """The smoke records with the gates judged on the controller added (``records``: {name: record whose
+    ``gates`` already hold them}): summary, passed and error brought up to date. Returns (records, failed
+    names, messages) as smoke_all does; a record that failed before keeps its error, a judged gate that
+    failed is added to it."""
+    out, failed, msgs = {}, [], []
+    for name in sorted(records):
+        rec = dict(records[name] or {})
+        results = list(rec.get("gates") or [])
+        rec["gates_summary"] = gates_summary(results)
+        judged_bad = [r for r in gates_failed(results) if r.get("gate") in CONTROLLER_GATES]
+        if judged_bad:
+            if rec.get("passed", True):
+                rec["error"] = gates_failure(results, context)
+            else:
+                rec["error"] = f"{rec.get('error')}; " + "; ".join(
+                    f"gate {r['gate']} failed: {r.get('detail')}" for r in judged_bad)
+            rec["passed"] = False
+        if not rec.get("passed", True):
+            failed.append(name)
+            msgs.append(f"{where}instance {name}: smoke failed: {rec.get('error')}")
+        out[name] = rec
+    return out, failed, msgs
 
 
 def merge_record(record_dir, name, key, value):

@@ -157,17 +157,21 @@ def health_status(url, timeout=HEALTH_TIMEOUT):
 # ----------------------------------------------------------------------------- the wait of library/dflash_wait.py
 
 
-def diagnose_unit(backend, unit, since, diagnose, sleep=time.sleep):
-    """The diagnosis of the unit's log since ``since`` (``diagnose(text, source)``: dflash_diagnose's engine), with
-    the log's last 30 lines as ``journal_tail``. journald may lag the unit state by a few hundred ms: while the log
-    holds no decisive line it is read again (up to ~2 s) where the backend's log lags."""
+def diagnose_unit(backend, unit, since, diagnose, sleep=time.sleep, fingerprint=None, hung=False, clock=time.time):
+    """The diagnosis of the unit's log since ``since`` (``diagnose(text, source, fingerprint, silent_seconds)``:
+    dflash_diagnose's engine), with the log's last 30 lines as ``journal_tail``. ``fingerprint``: the host's fact
+    (the remedy names its GPU and topology). ``hung``: the instance timed out still starting; how long its log has
+    been silent then tells a hang from a slow start. journald may lag the unit state by a few hundred ms: while the
+    log holds no decisive line it is read again (up to ~2 s) where the backend's log lags (not for a hang: the
+    silence is the point)."""
     if not backend.has_logs():
         return None
-    attempts = 5 if backend.log_lags else 1
+    silent = max(0.0, clock() - backend.last_log_at(unit, since)) if hung else None
+    attempts = 5 if backend.log_lags and not hung else 1
     diag, text = None, ""
     for attempt in range(attempts):
         text = backend.logs(unit, since=since)
-        diag = diagnose(text, source=backend.log_source(unit))
+        diag = diagnose(text, source=backend.log_source(unit), fingerprint=fingerprint, silent_seconds=silent)
         if diag.get("cause") != "unknown" or attempt == attempts - 1:
             break
         sleep(0.4)
@@ -180,7 +184,8 @@ def restart_and_wait(insts, backend, p, diagnose, where="", record=None, clock=t
     """library/dflash_wait.py's work between its arguments and the smoke test: restart the units (unless a later
     chunk of the same wait: ``p["resume"]``), wait for them (``wait_units``, in chunks of ``p["chunk_seconds"]``),
     diagnose the first that failed (None where the host keeps no log: systemd without journalctl). ``insts``: [{name, unit, health_url}]; ``backend``: a dflash_service backend;
-    ``p``: the module's parameters (restart, timeout, interval, diagnose, chunk_seconds, ready_grace, resume);
+    ``p``: the module's parameters (restart, timeout, interval, diagnose, chunk_seconds, ready_grace, resume,
+    fingerprint);
     ``record(name, st)``: writes the instance's wait record. -> ("starting", {progress, resume, seconds,
     changed}) when the chunk ended undecided, else ("done", result, failure messages)."""
     resume = p.get("resume") or {}
@@ -226,7 +231,10 @@ def restart_and_wait(insts, backend, p, diagnose, where="", record=None, clock=t
         st = res["instances"][inst["name"]]
         st["unit"] = inst["unit"]
         if inst["name"] in res["failed"]:
-            st["diagnosis"] = diagnose_unit(backend, inst["unit"], since, diagnose) if p["diagnose"] else None
+            # a start-up past the timeout: how long its log has been silent tells a hang from a slow start
+            hung = st.get("verdict") == "timeout"
+            st["diagnosis"] = (diagnose_unit(backend, inst["unit"], since, diagnose, fingerprint=p.get("fingerprint"),
+                                             hung=hung, clock=clock) if p["diagnose"] else None)
             msgs.append(where + describe_failure(inst["name"], st, st["diagnosis"]))
         if record:
             record(inst["name"], dict(st, since=since, restart=restart_out))

@@ -331,5 +331,12 @@ class Runner:
     def has_logs(self) -> bool:
         return True
 
+    def last_log_at(self, unit, since) -> float:
+        """When its log file was last written (``since`` when not since then, or when there is none)."""
+        try:
+            return max(since, os.path.getmtime(self.paths(unit)[1]))
+        except OSError:
+            return since
+
     def log_source(self, unit) -> str:
         return self.paths(unit)[1]

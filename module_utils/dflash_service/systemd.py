@@ -48,6 +48,18 @@ def journal_argv(unit: str, since_epoch: float | None = None, lines: int = 5000,
             + ["--no-pager", "-o", "cat", "-n", str(int(lines))])
 
 
+def last_entry_at(short_unix: str, since: float) -> float:
+    """``journalctl -o short-unix -n 1`` output -> epoch seconds of its entry (``since`` when there is none, e.g.
+    "-- No entries --")."""
+    last = since
+    for line in (short_unix or "").splitlines():
+        try:
+            last = max(last, float(line.split(" ", 1)[0]))
+        except ValueError:
+            continue
+    return last
+
+
 class Systemd:
     """The service interface (``dflash_service/runner.py``'s Runner has the same): reload, enable, disable,
     start, restart, stop, state, logs; is_active / is_enabled read the state."""
@@ -118,6 +130,15 @@ class Systemd:
 
     def has_logs(self) -> bool:
         return bool(self.journalctl)
+
+    def last_log_at(self, unit, since) -> float:
+        """Epoch seconds of the unit's last journal entry from ``since`` on (``since`` when it logged none or there
+        is no journalctl): how long a start-up has been silent."""
+        if not self.journalctl:
+            return since
+        _rc, out, _err = self.run([self.journalctl, "-u", unit, "--since", f"@{int(since)}", "--no-pager",
+                                   "-o", "short-unix", "-n", "1"])
+        return last_entry_at(out, since)
 
     def log_source(self, unit) -> str:
         return f"journalctl -u {unit}"

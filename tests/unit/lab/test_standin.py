@@ -434,3 +434,14 @@ def test_real_flags_file_kinds():
     # a value flag without its value
     bad = run_once(["--model-path", "/m", "--context-length"], flags_file=str(REAL_FLAGS))
     assert bad.returncode == 2 and "argument --context-length: expected one argument" in bad.stderr
+
+
+def test_hang_fault_logs_a_start_up_that_stops_in_a_stage(start):
+    # a crash fault's log left in the environment is not the hang's (molecule sets both in turn)
+    srv = start(BASE_ARGS, env={"DFLASH_STANDIN_FAULT": "hang", "DFLASH_STANDIN_FAULT_LOG": "kernel_abi"})
+    assert http("GET", srv.base + "/health")[0] == 503
+    srv.proc.terminate()
+    err = srv.proc.communicate(timeout=10)[1]
+    r = diagnose_text(err, silent_seconds=30)
+    assert (r["cause"], r["stage"]) == ("startup_hang", "nccl"), r["summary"]
+    assert "Uvicorn running" not in err and "GET /health" not in err

@@ -116,6 +116,13 @@ def test_lab_fault_makes_the_accept_length_drop_and_come_back(fast):
     assert low < 2.5 and value(scrape(fast), "sglang:spec_accept_length", tp_rank="0") < 2.5
     assert jpost(fast.base + "/lab/fault", {"fault": ""})[0] == 200
     assert mean_accept(fast) > 3.5
+    # the broken replies switch at run time too: each request reads the mode as it is answered
+    ask = {"text": "Write a Fibonacci function", "sampling_params": {"max_new_tokens": 64, "temperature": 0}}
+    good = jpost(fast.base + "/generate", ask)[1]["text"]
+    assert jpost(fast.base + "/lab/fault", {"fault": "regurgitation"})[0] == 200
+    assert jpost(fast.base + "/generate", ask)[1]["text"].startswith("<|im_start|>user")
+    assert jpost(fast.base + "/lab/fault", {"fault": ""})[0] == 200
+    assert jpost(fast.base + "/generate", ask)[1]["text"] == good
     for bad in ({"fault": "crash"}, {"fault": "slower"}, {}, {"fault": 3}):
         status, out = jpost(fast.base + "/lab/fault", bad)
         assert status == 400 and "set at start" in out["message"]

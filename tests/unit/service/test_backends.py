@@ -1,6 +1,7 @@
 """The service interface (module_utils/dflash_service/): systemd's commands as they are run, and the runner's
 units run for real (a process in its own session, its pidfile and log)."""
 
+import os
 import sys
 import time
 
@@ -81,3 +82,27 @@ def test_a_unit_that_cannot_start_is_said():
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="must be one of systemd, runner"):
         backend("upstart")
+
+
+def test_when_a_unit_last_logged():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, "1764579302.123456 ct200 python3[4242]: NCCL INFO NET/Plugin: Using internal net plugin.\n", ""
+
+    assert Systemd(run).last_log_at("u", 1764579300.7) == 1764579302.123456
+    assert calls == [["journalctl", "-u", "u", "--since", "@1764579300", "--no-pager", "-o", "short-unix", "-n", "1"]]
+    # nothing logged since (journalctl's "-- No entries --"), or no journalctl: silent since `since`
+    assert Systemd(lambda argv: (0, "-- No entries --\n", "")).last_log_at("u", 5.0) == 5.0
+    assert Systemd(run, journalctl=None).last_log_at("u", 5.0) == 5.0
+
+
+def test_when_a_runner_unit_last_logged(tmp_path):
+    r = Runner(str(tmp_path), str(tmp_path), str(tmp_path))
+    assert r.last_log_at("dflash-a.service", 100.0) == 100.0  # no log yet
+    log = tmp_path / "dflash-a.service.log"
+    log.write_text("Load weight begin\n")
+    os.utime(log, (1000.0, 1000.0))
+    assert r.last_log_at("dflash-a.service", 100.0) == 1000.0
+    assert r.last_log_at("dflash-a.service", 2000.0) == 2000.0  # written before `since`: silent since `since`

@@ -1,0 +1,202 @@
+"""Diagnosis by the structure of a traceback, not by one version's wording: the exception class, its
+message and the frames it was raised from.
+
+The same failure is worded differently by each release (and by vLLM, mlx, ...), but it is raised from
+the same places: the server's argument checks (``ServerArgs.__post_init__`` and its ``_handle_*`` hooks,
+vLLM's ``EngineArgs``), the speculative verify path walking a hybrid model's state (mamba / GDN / radix
+cache), CUDA graph capture (``cuda_graph_runner``, ``torch.cuda.graphs``). ``raised(lines)`` reads every
+exception with its frames; ``structural_matches`` turns the ones raised from such a place into matches
+of ``STRUCT_RULES`` (rows like the table's, decided by class + frames + message), which join the line
+matches of the table: a more specific row on the same incident still wins by priority.
+No Ansible import.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ansible.module_utils.dflash_diagnose.arch import ARCH_WORDS
+from ansible.module_utils.dflash_diagnose.rule import Rule, _rx
+from ansible.module_utils.dflash_diagnose.scan import _Line, _Match
+
+# "File "/x/y.py", line 12, in func" (CPython, also faulthandler's "line 12 in func") and IPython's
+# "File ~/x/y.py:189, in func(*args)"
+_FRAME_RE = re.compile(
+    r'^File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)'
+    r"|^File (?P<ipath>[~/\w.][^\s:]*):\d+, in (?P<ifunc>[\w<>.]+)"
+)
+_EXC_RE = re.compile(
+    r"^-?\s*(?:[A-Za-z_][\w]*\.)*(?P<cls>[A-Z]\w*(?:Error|Exception)|AssertionError|KeyboardInterrupt)"
+    r"(?::\s*(?P<msg>.*))?$"
+)
+_ASSERT_RE = re.compile(r"""^assert\b(?P<cond>.*?),\s*(?P<q>["'])(?P<msg>.+?)(?P=q)""")
+_TRACEBACK_WORDS = ("Traceback (most recent call last)", "hit an exception")
+_OOM_RE = re.compile(r"out of memory|OutOfMemory", re.IGNORECASE)
+
+
+@dataclass
+class Frame:
+    path: str
+    func: str
+    source: str = ""
+
+    @property
+    def file(self) -> str:
+        return self.path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+@dataclass
+class Raised:
+    """One exception: its class, message, the line it was printed on and the frames it came through
+    (outermost first); ``implied`` when only the ``assert`` statement was printed."""
+
+    cls: str
+    message: str
+    line: _Line
+    frames: list[Frame] = field(default_factory=list)
+    implied: bool = False
+
+    def where(self) -> str:
+        """'set_x (schedule_batch.py) from prepare_y (eagle_info_v2.py)': the innermost frames."""
+        fs = [f for f in self.frames if f.func not in ("<module>", "wrapper", "decorate_context", "_fn")]
+        if not fs:
+            return ""
+        inner = fs[-1]
+        out = f"{inner.func} ({inner.file})"
+        outer = next((f for f in reversed(fs[:-1]) if f.file != inner.file), None)
+        if outer is not None:
+            out += f" from {outer.func} ({outer.file})"
+        return out
+
+
+def raised(lines: list[_Line]) -> list[Raised]:
+    """Every exception of the log with the frames printed before it (since its traceback began)."""
+    out: list[Raised] = []
+    frames: list[Frame] = []
+    expect_source = False
+    for ln in lines:
+        raw = ln.raw
+        if not raw.strip():
+            continue
+        if any(w in raw for w in _TRACEBACK_WORDS):
+            frames, expect_source = [], False
+            continue
+        if "File " in raw:
+            m = _FRAME_RE.match(ln.text)
+            if m:
+                frames.append(Frame(m.group("path") or m.group("ipath"), m.group("func") or m.group("ifunc")))
+                expect_source = True
+                continue
+        text = ln.text
+        if "Error" in text or "Exception" in text or "Interrupt" in text:
+            m = _EXC_RE.match(text)
+            if m:
+                out.append(Raised(m.group("cls"), (m.group("msg") or "").strip(), ln, frames))
+                frames, expect_source = [], False
+                continue
+        stripped = text.lstrip("-> \t0123456789").strip() if text[:1].isdigit() or text.startswith("-") else text
+        am = _ASSERT_RE.match(stripped) if stripped.startswith("assert") else None
+        if expect_source and frames:
+            frames[-1].source = frames[-1].source or stripped
+            expect_source = False
+        if am and not _assert_follows(lines, ln.index):
+            out.append(Raised("AssertionError", am.group("msg").strip(), ln, list(frames), implied=True))
+    return out
+
+
+def _assert_follows(lines: list[_Line], index: int) -> bool:
+    """Whether an AssertionError line follows the assert statement (then that line is the exception)."""
+    for nxt in lines[index + 1: index + 4]:
+        if "AssertionError" in nxt.raw:
+            return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------------ rows
+
+# the server's argument checks and their hooks (sglang ServerArgs, vLLM EngineArgs / config validation)
+_ARGS_FILE = re.compile(r"(?:^|/)(?:server_args|arg_utils|args|config)\.py$")
+_ARGS_FUNC = re.compile(r"^(?:__post_init__|_handle_\w+|check_server_args|_check_\w+|check_\w+|_verify_\w+"
+                        r"|verify_\w+|validate\w*|_validate\w*|from_cli_args|create_engine_config|"
+                        r"adjust_\w+|_adjust\w*)$")
+# the speculative verify / draft path, and a hybrid model's state (mamba, GDN, linear attention, ...)
+_SPEC_RX = re.compile(r"speculative|eagle|spec_?v2|_verify\b|verify_|draft|dflash|ddtree|\bmtp\b|nextn|lookahead",
+                      re.IGNORECASE)
+_HYBRID_RX = re.compile(r"mamba|\bgdn\b|gated_?delta|linear_?attn|lightning_?attn|hybrid_linear|\bssm\b|ssm_state"
+                        r"|conv_state|recurrent|\bkda\b|MambaPool|HybridReqToTokenPool|mamba_radix|ArraysCache",
+                        re.IGNORECASE)
+# CUDA graph capture (sglang's runners, torch's graph API, vLLM's capture)
+_CAPTURE_RX = re.compile(r"cuda_graph_runner|piecewise_cuda_graph|cuda_graph|graph_runner|torch/cuda/graphs\.py"
+                         r"|\bcapture\w*|cudagraph|CUDAGraph", re.IGNORECASE)
+# the message names a GPU generation (then the arch row, not the option rows, decides)
+_ARCH_RX = re.compile(ARCH_WORDS, re.IGNORECASE)
+
+_NEVER = _rx(r"(?!)")
+
+_HYBRID_CRASH_REMEDY = (
+    "a bug in the server's hybrid-state bookkeeping on the speculative path (not your options alone): switch the "
+    "state handling the other way: with `--mamba-scheduler-strategy extra_buffer` (and SGLANG_ENABLE_SPEC_V2=1) "
+    "drop both and start with `--disable-radix-cache`; without them, try `--mamba-scheduler-strategy extra_buffer`; "
+    "or use a server release that fixes {func}, or deploy the instance with algorithm NONE (no draft) until then"
+)
+
+STRUCT_RULES = [
+    Rule("spec_hybrid_state_crash", "speculative_hybrid", 67, _NEVER,
+         "speculative decoding crashed in the hybrid (Mamba / linear-attention) state it verifies: {exc_s}, "
+         "raised in {where}",
+         _HYBRID_CRASH_REMEDY),
+    Rule("server_args_hook", "incompatible_options", 57, _NEVER,
+         "the server's argument checks refused the options: {exc_s} (raised in {where})",
+         "{options_hint}change the instance's flags so the combination the message names is gone (extra_args / "
+         "pin_flags, or the fallback rule that added one of them: dflash_flags shows which rule added which flag)"),
+    Rule("capture_frames", "cuda_graph_capture", 43, _NEVER,
+         "capturing CUDA graphs failed at start-up (not for memory): {exc_s}, raised in {where}",
+         "start once with `--disable-cuda-graph` (vLLM: `--enforce-eager`) to confirm it is the capture (expect a "
+         "large speed loss: the performance gate will measure it, keep it only as a stopgap); then remove what cannot "
+         "be captured: drop `--enable-torch-compile` (torch.compile inside the capture), try another attention "
+         "backend (`--attention-backend triton`), `--disable-piecewise-cuda-graph`, lower `--cuda-graph-max-bs`, or "
+         "use a server release that fixes {func}"),
+]
+
+
+def _frames_match(frames: list[Frame], rx: re.Pattern) -> Frame | None:
+    return next((f for f in reversed(frames) if rx.search(f.path) or rx.search(f.func)), None)
+
+
+def classify(r: Raised) -> Rule | None:
+    """The structural row an exception belongs to, or None."""
+    if not r.frames or _OOM_RE.search(r.message) or r.cls == "KeyboardInterrupt":
+        return None
+    if _frames_match(r.frames, _SPEC_RX) and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(r.message)):
+        return STRUCT_RULES[0]
+    if r.cls in ("AssertionError", "ValueError", "NotImplementedError", "TypeError", "Exception", "RuntimeError") \
+            and any(_ARGS_FILE.search(f.path) and _ARGS_FUNC.match(f.func) for f in r.frames) \
+            and not _ARCH_RX.search(r.message):
+        return STRUCT_RULES[1]
+    if _frames_match(r.frames, _CAPTURE_RX):
+        return STRUCT_RULES[2]
+    return None
+
+
+def groups_of(r: Raised) -> dict:
+    msg = r.message if len(r.message) <= 200 else r.message[:197] + "..."
+    inner = next((f for f in reversed(r.frames) if f.func not in ("<module>", "wrapper")), None)
+    return {
+        "exc": r.cls,
+        "exc_s": f"{r.cls}: {msg}" if msg else r.cls,
+        "where": r.where() or "the server",
+        "func": inner.func if inner else "the failing function",
+        "check": r.message,
+    }
+
+
+def structural_matches(exceptions: list[Raised], lo: int, hi: int) -> list[_Match]:
+    """Matches of STRUCT_RULES for the exceptions printed between lines ``lo`` and ``hi``."""
+    out = []
+    for r in exceptions:
+        if lo <= r.line.index < hi:
+            rule = classify(r)
+            if rule is not None:
+                out.append(_Match(rule, r.line, {k: v for k, v in groups_of(r).items() if v}))
+    return out
