@@ -18,9 +18,10 @@ import urllib.parse
 
 from ansible.module_utils.dflash_bench import workloads as wl
 from ansible.module_utils.dflash_bench.stats import parse_prometheus, summarize
+from ansible.module_utils.dflash_common.sglang import accepted_drafts, proposed_drafts
 from ansible.module_utils.dflash_release.smoke import SmokeError, http_json
 
-SPEC_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_accepted_drafts", "spec_proposed_drafts")
+SPEC_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
 
 
 def auth_headers(api_key=None) -> dict:
@@ -84,6 +85,11 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers
     for key in SPEC_KEYS:
         if meta.get(key) is not None:
             rec[key] = meta[key]
+    # the draft counts under the record's names whatever the server's sglang calls them (0.5.11:
+    # spec_accepted_drafts; from 0.5.17 spec_num_correct_drafts, dflash_common/sglang.py)
+    for key, value in (("spec_accepted_drafts", accepted_drafts(meta)), ("spec_proposed_drafts", proposed_drafts(meta))):
+        if value is not None:
+            rec[key] = value
     rec["text"] = text if isinstance(text, str) else ""
     return rec
 

@@ -157,3 +157,16 @@ def test_every_fact_names_its_source():
     for version, facts in DATA["versions"].items():
         for name, fact in facts.items():
             assert isinstance(fact, dict) and fact.get("source"), f"{version}: {name} has no source"
+
+
+def test_the_router_decision_is_what_the_router_role_pins():
+    """versions.yml's router: sglang-router 0.3.2 kept for every sglang version (its reason there), the pin and the
+    command roles/dflash_router and module_utils/dflash_router.py use."""
+    router = DATA["router"]
+    assert router["pinned"]["package"] == "sglang-router" and "keep sglang-router 0.3.2" in router["successor"]["decision"]
+    role = yaml.safe_load((REPO_ROOT / "roles" / "dflash_router" / "defaults" / "main.yml").read_text())
+    pins = [r for layer in role["dflash_router_venv_layers"] for r in layer["requirements"]]
+    assert pins == [f"{router['pinned']['package']}=={router['pinned']['version']}"]
+    code = (REPO_ROOT / "module_utils" / "dflash_router.py").read_text()
+    assert router["pinned"]["command"].split("-m ", 1)[1] in code
+    assert "--mini-lb" not in code  # the flag smg drops: the toolkit never passes it
