@@ -647,8 +647,8 @@ class State:
             "lab_standin_fault": self.fault or None,
             "lab_standin_flags_file": self.flags_source or None,
             "lab_standin_tokens_per_s": self.tokens_per_s,
-            # the venv it runs in (an instance of another sglang version than its host's runs its version's)
-            "lab_standin_prefix": sys.prefix,
+            # the venv it runs in, links resolved (an instance of another sglang version than its host's runs its version's)
+            "lab_standin_prefix": os.path.realpath(sys.prefix),
             "lab_standin_version_source": SGLANG_VERSION_SOURCE,
             "max_total_num_tokens": 262144,
             "max_req_input_len": self.context_len - 1,

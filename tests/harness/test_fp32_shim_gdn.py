@@ -389,8 +389,8 @@ def test_the_verify_kernels_own_arguments_keep_the_original_in_each_version(vers
     wrapped = fp32_gdn.float32_dispatch(original, lambda **kw: calls.append(sorted(kw)) or "torch", "q",
                                         fp32_gdn.VERIFY_ONLY)
     q = torch.zeros(1, 1, 2, 8, dtype=torch.float32)
-    pos = dict(A_log=None, a=None, dt_bias=None, softplus_beta=1.0, softplus_threshold=20.0, q=q, k=q, v=q, b=None,
-               initial_state_source=None, initial_state_indices=None)
+    pos = {"A_log": None, "a": None, "dt_bias": None, "softplus_beta": 1.0, "softplus_threshold": 20.0, "q": q, "k": q,
+           "v": q, "b": None, "initial_state_source": None, "initial_state_indices": None}
     assert wrapped(**pos) == "torch"
     assert "retrieve_parent_token" not in calls[0] and ("cache_ring" in [a.arg for a in fn.args.args]) == (
         version == "0.5.17")

@@ -175,6 +175,10 @@ def test_role_default_follows_the_seeds_and_lab_layers_are_valid():
         assert pin in overlay["requirements"]
     lab = yaml.safe_load((root / "inventory/lab/group_vars/all/layers.yml").read_text())
     assert L.validate_layers(lab["dflash_venv_layers"]) == []
+    # the lab's other sglang versions: the same base, an overlay of their own (a venv per version)
+    for version, stack in lab["dflash_venv_layers_by_version"].items():
+        assert L.validate_layers(stack) == [], version
+        assert stack[0] == lab["dflash_venv_layers"][0] and stack[-1] != lab["dflash_venv_layers"][-1]
     # the host's version chooses the overlay (files/patches/sglang/<version>/overlay.yml)
     newer = _role_default_layers(dflash_sglang_version="0.5.17")
     assert "sglang==0.5.17" in newer[0]["requirements"] and "sglang-kernel==0.4.5" in newer[0]["requirements"]
