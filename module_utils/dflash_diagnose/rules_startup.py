@@ -148,7 +148,16 @@ ROWS = [
      GDN_BLACKWELL_REMEDY, False,
      # FlashInfer refused keeps its cause (flashinfer_arch: rules.py's blackwell_hybrid_gdn_flashinfer)
      r"(?:attention_backend|prefill|decode)=flashinfer"),
-    ("gdn_flashinfer_bf16_state", "incompatible_options", 63,
+    ("gdn_flashinfer_prefill_state_dtype", "incompatible_options", 63,
+     # FlashInfer's GDN prefill on SM120 needs float32 state checkpoints, its decode on SM 10+ a bfloat16 state
+     # (sglang 0.5.17+): the two together cannot start (sgl-project/sglang#36532)
+     r"state_checkpoints must have dtype float32, got torch\.bfloat16",
+     ("FlashInfer's Gated DeltaNet prefill needs a float32 recurrent state here{sm_s}, while its decode on SM 10+ "
+      "needs bfloat16 (--mamba-ssm-dtype bfloat16): FlashInfer for both cannot run (sgl-project/sglang#36532)"),
+     ("start with `--linear-attn-prefill-backend triton` (keep `--linear-attn-decode-backend flashinfer` with "
+      "`--mamba-ssm-dtype bfloat16`, the combination that runs), or drop the flashinfer linear-attention backends"),
+     False, None),
+    ("gdn_flashinfer_bf16_state", "incompatible_options", 66,  # above gpu_arch_refused: it names SM100+
      # sglang 0.5.17 server_args.py / 0.5.23 arg_groups/attention_hook.py
      (r"(?P<gdn_flag>--linear-attn-(?:decode|verify|prefill)-backend) flashinfer on SM100\+ requires "
      r"--mamba-ssm-dtype bfloat16"),
@@ -244,7 +253,7 @@ KEYWORDS = (
     "capture", "capturing", "ddtree", "extra_buffer",
     "blackwell", "hopper", "ampere", "volta", "turing", "pascal", " ada", "sm_", "sm1", "sm9", "sm8", "sm7", "sm 1",
     "sm 9", "sm 8", "sm 7", "arch.sm", "capabilit", "is required", "trimmable", "rollback", "piecewise",
-    "compaction stall",
+    "compaction stall", "state_checkpoints",
 )
 
 
