@@ -16,10 +16,12 @@ Three kinds of figure, three methods, each stated beside the figure with its n:
   order-statistic interval over tokens would be far too narrow. The quantile is taken per round (only
   when that round has enough tokens for it, as above) and the interval is t over the rounds, like a rate.
 
-The stopping rule (``stop_verdict``): measure another round until, for every configuration, the
-interval of the deciding figure is narrower than a relative target (half-width / mean), with at least
-``min_rounds`` rounds, at most ``max_rounds``, and never past the time budget (a round is not started
-when the time left is shorter than the last round took). No Ansible import.
+The stopping rule (``stop_verdict``): measure another round until the interval of the deciding figure
+of every contender (the best configuration and each one whose interval still overlaps the best's) is
+narrower than a relative target (half-width / mean), with at least ``min_rounds`` rounds, at most
+``max_rounds``, and never past the time budget (a round is not started when the time left is shorter
+than the last round took). A configuration whose whole interval lies below the best's is out of the
+race: more rounds would only narrow an interval that decides nothing. No Ansible import.
 """
 
 from __future__ import annotations
@@ -146,21 +148,35 @@ def paired_ratio_ci(a_by_round: dict, b_by_round: dict, confidence=CONFIDENCE) -
     return mean_ci(ratios, confidence)
 
 
+def contenders(deciding: dict) -> list:
+    """The configurations still in the race: the best mean, and every one whose interval overlaps the best's
+    (or has none yet). One whose whole interval lies below the best's is decided out."""
+    scored = {k: v for k, v in deciding.items() if v.get("mean") is not None}
+    if not scored:
+        return sorted(deciding)
+    best = max(scored, key=lambda k: (scored[k]["mean"], k))
+    return sorted(k for k, v in deciding.items() if k == best or v.get("mean") is None
+                  or overlap(v, scored[best]) is not False)
+
+
 def stop_verdict(deciding: dict, rounds_done: int, min_rounds=3, max_rounds=10, target_rel=0.05,
                  time_left_s=None, last_round_s=None) -> dict:
     """Whether to measure another round. ``deciding``: {configuration: mean_ci of its deciding figure}.
 
-    -> {stop, reason, widest (configuration), widest_rel, rounds}. Reasons: "ci" (every interval's
-    half-width is at most ``target_rel`` of its mean), "max_rounds", "budget" (the time left is shorter
-    than the last round took), "" while going on."""
+    The rule looks at the contenders (``contenders``): measuring on only narrows the intervals of
+    configurations already clear of the best. -> {stop, reason, widest (configuration), widest_rel,
+    rounds, contenders}. Reasons: "ci" (every contender's half-width is at most ``target_rel`` of its
+    mean), "max_rounds", "budget" (the time left is shorter than the last round took), "" while going on."""
+    race = contenders(deciding)
     widest, widest_rel = None, -1.0
-    for name, ci in sorted(deciding.items()):
-        rel = ci.get("rel")
+    for name in race:
+        rel = deciding[name].get("rel")
         rel = math.inf if rel is None else rel
         if rel > widest_rel:
             widest, widest_rel = name, rel
     out = {"stop": False, "reason": "", "widest": widest,
-           "widest_rel": None if widest_rel in (-1.0, math.inf) else round(widest_rel, 4), "rounds": rounds_done}
+           "widest_rel": None if widest_rel in (-1.0, math.inf) else round(widest_rel, 4), "rounds": rounds_done,
+           "contenders": race}
     narrow = bool(deciding) and widest_rel <= float(target_rel)
     if rounds_done >= int(max_rounds):
         out.update(stop=True, reason="max_rounds")
@@ -173,8 +189,9 @@ def stop_verdict(deciding: dict, rounds_done: int, min_rounds=3, max_rounds=10, 
 
 
 STOP_REASONS = {
-    "ci": "every deciding figure's interval is narrower than the target",
+    "ci": "the deciding figure's interval of every contender is narrower than the target",
     "max_rounds": "the most rounds allowed were measured",
     "budget": "the time budget ended (the next round would not fit)",
+    "no_server": "no server of the wave came up",
     "": "not stopped",
 }

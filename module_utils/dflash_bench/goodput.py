@@ -149,9 +149,11 @@ def cell_stats(rounds, obj, confidence=ci.CONFIDENCE) -> dict:
     quantile_ci over the pooled requests, accept: per-request accept lengths (mean_ci) and the per-step
     histogram where the server gave one, by_round: {round: goodput_rps}}."""
     figures = [(r["round"], round_figures(r["requests"], r["wall_s"], r["load"], obj)) for r in rounds]
+    growth = sorted(g for g in (queue_growth(r["requests"]) for r in rounds) if g is not None)
     out = {"n_rounds": len(figures), "by_round": {k: f["goodput_rps"] for k, f in figures},
            "requests": sum(f["requests"] for _, f in figures), "completed": sum(f["completed"] for _, f in figures),
-           "good": sum(f["good"] for _, f in figures), "itl_samples": sum(f["itl_samples"] for _, f in figures)}
+           "good": sum(f["good"] for _, f in figures), "itl_samples": sum(f["itl_samples"] for _, f in figures),
+           "queue_growth": growth[len(growth) // 2] if growth else None}
     for field in ROUND_FIELDS:
         out[field] = ci.mean_ci([f[field] for _, f in figures], confidence)
     reqs = [q for r in rounds for q in r["requests"] if q.get("ok")]
@@ -175,16 +177,29 @@ def cell_stats(rounds, obj, confidence=ci.CONFIDENCE) -> dict:
     return out
 
 
+def queue_growth(requests):
+    """Mean TTFT of the last quarter of a round's requests (in sending order) over the first quarter's (at least
+    20 ms, so that jitter of a few milliseconds is no growth): a server that keeps up stays near 1, a queue that
+    grows through the cell goes well past it."""
+    sent = sorted((r for r in requests if r.get("ok") and r.get("ttft") is not None and "sent_at" in r),
+                  key=lambda r: r["sent_at"])
+    q = len(sent) // 4
+    if q < 2:
+        return None
+    first = sum(r["ttft"] for r in sent[:q]) / q
+    last = sum(r["ttft"] for r in sent[-q:]) / q
+    return last / max(first, 0.02)
+
+
 def saturated(stats, load) -> bool | None:
-    """An open-loop cell the server did not keep up with: it completed under 90 % of the offered rate
-    (its requests/s over the cell), or its attainment fell under half."""
+    """An open-loop cell the server did not keep up with: under 90 % of its requests met the objective, or
+    its queue grew through the cell (the last quarter's TTFT more than twice the first quarter's, median over
+    the rounds)."""
     if load.get("kind") != "rate":
         return None
-    rps = (stats.get("request_s") or {}).get("mean")
     att = (stats.get("attainment") or {}).get("mean")
-    if rps is None:
-        return True
-    return rps < 0.9 * float(load["value"]) or (att is not None and att < 0.5)
+    growth = stats.get("queue_growth")
+    return (att is None or att < 0.9) or (growth is not None and growth > 2.0)
 
 
 def deciding(cells_of_config: list) -> dict | None:

@@ -206,8 +206,14 @@ def test_stopping_rule():
     narrow = {"a": ci.mean_ci([100, 101, 99]), "b": ci.mean_ci([50, 50.5, 49.5])}
     assert ci.stop_verdict(narrow, 3, target_rel=0.05) == {"stop": True, "reason": "ci", "widest": "a",
                                                            "widest_rel": pytest.approx(0.0248, abs=1e-3),
-                                                           "rounds": 3}
+                                                           "rounds": 3, "contenders": ["a"]}
     assert ci.stop_verdict(narrow, 2, min_rounds=3)["stop"] is False  # never before min_rounds
     assert ci.stop_verdict(narrow, 3, target_rel=0.01)["stop"] is False
+    # a configuration clear below the best decides nothing: its wide interval does not hold the run back
+    out = dict(narrow, c=ci.mean_ci([10.0, 30.0, 20.0]))
+    assert ci.contenders(out) == ["a"] and ci.stop_verdict(out, 3)["reason"] == "ci"
+    # one whose interval overlaps the best's is a contender, and its width counts
+    close = dict(narrow, d=ci.mean_ci([90.0, 110.0, 100.0]))
+    assert ci.contenders(close) == ["a", "d"] and ci.stop_verdict(close, 3)["stop"] is False
     # one round has no interval: never narrow enough
     assert ci.stop_verdict({"a": ci.mean_ci([1.0])}, 1, min_rounds=1)["stop"] is False
