@@ -3,6 +3,7 @@
 or show what a chart carries.
 
   python3 scripts/bench_report.py render RUN_DIR [--compare-to RUN_OR_RELEASE] [--no-pdf]
+  python3 scripts/bench_report.py tune RUN_DIR [--no-pdf]   # a tune.yml run (its proposal as it was written)
   python3 scripts/bench_report.py inspect CHART.png      # validity + the series drawn (tEXt chunk)
 
 Same code as playbooks/bench.yml's report step (module_utils/dflash_bench/report.py).
@@ -17,6 +18,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "module_uti
 
 import dflash_bench.charts
 import dflash_bench.report
+import dflash_bench.tune_report
+
+TEMPLATES = pathlib.Path(__file__).resolve().parents[1] / "templates" / "tune"
 
 
 def main(argv=None):
@@ -26,12 +30,27 @@ def main(argv=None):
     r.add_argument("run_dir")
     r.add_argument("--compare-to")
     r.add_argument("--no-pdf", action="store_true")
+    t = sub.add_parser("tune")
+    t.add_argument("run_dir")
+    t.add_argument("--no-pdf", action="store_true")
     i = sub.add_parser("inspect")
     i.add_argument("png")
     a = ap.parse_args(argv)
     if a.cmd == "inspect":
         text = dflash_bench.charts.png_text(a.png)
         print(json.dumps(json.loads(text.get("Description", "{}")), indent=1))
+        return 0
+    if a.cmd == "tune":
+        try:
+            old = json.loads((pathlib.Path(a.run_dir) / "results.json").read_text()).get("proposal")
+        except (OSError, ValueError):
+            old = None
+        try:
+            out = dflash_bench.tune_report.render(a.run_dir, TEMPLATES, proposal=old, pdf=not a.no_pdf)
+        except (OSError, ValueError) as exc:
+            print(f"{a.run_dir}: cannot render the tune report: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(out["lines"] + [f"warning: {w}" for w in out["warnings"]] + [f"written: {f}" for f in out["files"]]))
         return 0
     try:
         summary = dflash_bench.report.render_run(a.run_dir, a.compare_to, None, not a.no_pdf)

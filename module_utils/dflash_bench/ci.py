@@ -178,9 +178,12 @@ def stop_verdict(deciding: dict, rounds_done: int, min_rounds=3, max_rounds=10, 
            "widest_rel": None if widest_rel in (-1.0, math.inf) else round(widest_rel, 4), "rounds": rounds_done,
            "contenders": race}
     narrow = bool(deciding) and widest_rel <= float(target_rel)
+    # min_rounds counts the rounds behind each contender's figure (an open-loop cell whose rates came from a
+    # first, closed-loop round has one fewer than the run)
+    enough = bool(race) and min(int(deciding[n].get("n") or 0) for n in race) >= int(min_rounds)
     if rounds_done >= int(max_rounds):
         out.update(stop=True, reason="max_rounds")
-    elif rounds_done >= int(min_rounds) and narrow:
+    elif enough and narrow:
         out.update(stop=True, reason="ci")
     elif time_left_s is not None and (float(time_left_s) <= 0 or (
             last_round_s is not None and float(time_left_s) < float(last_round_s))):

@@ -1,6 +1,6 @@
 """Goodput under the user's objective, the figures of a tune cell with their intervals, and the choice.
 
-The objective (``dflash_tune_objective``): a request is *good* when it completed, its time to first
+The objective (``dflash_bench_tune_objective``): a request is *good* when it completed, its time to first
 token is at most ``ttft_ms``, the ``itl_quantile``-th percentile of its own inter-token latencies is at
 most ``itl_ms`` and (when set) its end-to-end latency is at most ``e2e_ms``.
 
@@ -12,9 +12,9 @@ Goodput of one cell in one round:
 * closed loop: good requests / wall time of the cell.
 Token goodput (good requests' tokens / wall time) is shown beside it.
 
-The deciding figure of a configuration: its best goodput over the open-loop rates (the most traffic it
-serves within the objective), or over the closed-loop levels when no rate was measured; with the
-t interval over the rounds of that cell (module ci). The choice: the configuration with the best
+The deciding figure of a configuration: the goodput it sustains with confidence over the open-loop rates
+(the rate whose goodput interval has the highest lower bound), or over the closed-loop levels when no
+rate was measured; with the t interval over the rounds of that cell (module ci). The choice: the configuration with the best
 deciding figure; "no winner" when its interval overlaps the runner-up's; "speculation does not pay
 here" when the winner runs without speculation. Pure functions; no Ansible import.
 """
@@ -39,8 +39,8 @@ class ObjectiveError(ValueError):
 
 
 def check_objective(obj, host="host") -> list:
-    """Errors of ``dflash_tune_objective`` (empty when fine)."""
-    where = f"{host}: dflash_tune_objective"
+    """Errors of ``dflash_bench_tune_objective`` (empty when fine)."""
+    where = f"{host}: dflash_bench_tune_objective"
     if not isinstance(obj, dict):
         return [f"{where}: must be a mapping with ttft_ms, itl_ms, itl_quantile, e2e_ms, got {obj!r}"]
     errors = [f"{where}: field '{k}': unknown (known: {', '.join(sorted(OBJECTIVE_KEYS))})"
@@ -203,17 +203,19 @@ def saturated(stats, load) -> bool | None:
 
 
 def deciding(cells_of_config: list) -> dict | None:
-    """The deciding figure of one configuration from its cells ([{load, stats}]): the open-loop cell with
-    the best mean goodput (closed-loop cells when no rate was measured). -> {load, ci, by_round} or None."""
+    """The deciding figure of one configuration from its cells ([{load, stats}]): the goodput it sustains with
+    confidence, that is the open-loop cell (closed-loop cells when no rate was measured) whose interval has
+    the highest lower bound (its mean where there is no interval yet; ties: the higher load). A noisy cell past
+    saturation with a high mean and a wide interval does not win over a steady one. -> {load, ci, by_round}."""
     opened = [c for c in cells_of_config if c["load"]["kind"] == "rate"]
     pool = opened or cells_of_config
     best = None
     for c in pool:
-        m = c["stats"]["goodput_rps"].get("mean")
-        if m is None:
+        g = c["stats"]["goodput_rps"]
+        if g.get("mean") is None:
             continue
-        # ties (every rate served in full): the highest load, the most traffic served within the objective
-        key = (round(m, 9), float(c["load"]["value"]))
+        key = (round(g["low"] if g.get("low") is not None else g["mean"], 9), round(g["mean"], 9),
+               float(c["load"]["value"]))
         if best is None or key > best[0]:
             best = (key, c)
     if best is None:

@@ -121,7 +121,7 @@ def builtin(name, max_tokens=256, count=16, input_len=256, seed=0) -> dict:
         prompts = [{"label": r["label"], "payload": r["payload"]} for r in
                    wl.random_requests(1, input_len, max_tokens, int(count), seed)]
     else:
-        raise PromptsError([(f"dflash_tune_prompts: {name!r} is neither a file nor a built-in set "
+        raise PromptsError([(f"dflash_bench_tune_prompts: {name!r} is neither a file nor a built-in set "
                             f"({', '.join(BUILTIN)})")])
     return {"prompts": prompts, "read": len(prompts), "used": len(prompts), "source": f"built-in: {name}"}
 

@@ -140,9 +140,13 @@ def propose(sources, host, groups, instance, cfg, current_instances, rel_to=None
     if not changed:
         return {"changed": False, "file": None, "diff": "", "instances": instances, "snippet": snippet,
                 "note": f"instance {instance} already runs this configuration: nothing to change"}
-    from ruamel.yaml.error import YAMLError
+    try:
+        from ruamel.yaml.error import YAMLError
 
-    y = _yaml()
+        y = _yaml()
+    except ImportError:  # a controller without it (the GPU machine's): the instance, not a diff
+        return {"changed": True, "file": None, "diff": "", "instances": instances, "snippet": snippet,
+                "note": "ruamel.yaml is not installed on this controller (uv sync): set the instance as below"}
     for path, kind in candidates(sources, host, groups):
         try:
             with open(path, encoding="utf-8") as fh:
@@ -170,8 +174,7 @@ def propose(sources, host, groups, instance, cfg, current_instances, rel_to=None
 
 
 def _dump_snippet(inst) -> str:
-    y = _yaml()
-    y.indent(2, 4, 2)
-    buf = io.StringIO()
-    y.dump([{k: v for k, v in inst.items() if k not in ("api_key", "admin_api_key")}], buf)
-    return buf.getvalue()
+    import yaml  # PyYAML (Ansible's own dependency): the snippet needs no round trip
+
+    return yaml.safe_dump([{k: v for k, v in inst.items() if k not in ("api_key", "admin_api_key")}],
+                          sort_keys=False, default_flow_style=False)

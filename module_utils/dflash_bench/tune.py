@@ -57,7 +57,7 @@ def with_backends(configurations, sweep, backends):
 
 
 def with_env(configurations, env):
-    """Every configuration gets ``env`` (dflash_tune_server_env) under its own env."""
+    """Every configuration gets ``env`` (dflash_bench_tune_server_env) under its own env."""
     if not env:
         return configurations
     return [dict(c, env={**{str(k): str(v) for k, v in env.items()}, **(c.get("env") or {})})
@@ -70,36 +70,40 @@ def check(opts, host="host") -> list:
     rates = opts.get("rates")
     if rates != "auto" and (not isinstance(rates, list) or any(
             isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0 for r in rates)):
-        errors.append(f"{host}: dflash_tune_rates: {rates!r} must be 'auto' or a list of request rates > 0 "
+        errors.append(f"{host}: dflash_bench_tune_rates: {rates!r} must be 'auto' or a list of request rates > 0 "
                           "(requests/s; [] for closed loop only)")
+    fr = opts.get("rate_fractions", list(RATE_FRACTIONS))
+    if not isinstance(fr, list) or not fr or any(isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0
+                                                 for f in fr):
+        errors.append(f"{host}: dflash_bench_tune_rate_fractions: {fr!r} must be a non-empty list of fractions > 0")
     conc = opts.get("concurrency")
     if not isinstance(conc, list) or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 256
                                          for c in conc):
-        errors.append(f"{host}: dflash_tune_concurrency: {conc!r} must be a list of integers 1..256")
+        errors.append(f"{host}: dflash_bench_tune_concurrency: {conc!r} must be a list of integers 1..256")
     elif rates == "auto" and not conc:
-        errors.append(f"{host}: dflash_tune_rates: 'auto' takes its rates from the closed-loop cells: give "
-                      "dflash_tune_concurrency at least one level")
+        errors.append(f"{host}: dflash_bench_tune_rates: 'auto' takes its rates from the closed-loop cells: give "
+                      "dflash_bench_tune_concurrency at least one level")
     elif not conc and not rates:
-        errors.append(f"{host}: dflash_tune_rates and dflash_tune_concurrency are both empty: nothing to measure")
+        errors.append(f"{host}: dflash_bench_tune_rates and dflash_bench_tune_concurrency are both empty: nothing to measure")
     for key, low, high in (("requests", 4, 100000), ("min_rounds", 2, mx.MAX_REPEATS),
                            ("max_rounds", 2, mx.MAX_REPEATS), ("budget", 60, 7 * 86400), ("cell_seconds", 1, 3600),
                            ("cell_timeout", 5, 3600)):
         v = opts.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            errors.append(f"{host}: dflash_tune_{key}: {v!r} must be a whole number from {low} to {high}")
+            errors.append(f"{host}: dflash_bench_tune_{key}: {v!r} must be a whole number from {low} to {high}")
     if isinstance(opts.get("min_rounds"), int) and isinstance(opts.get("max_rounds"), int) \
             and opts["min_rounds"] > opts["max_rounds"]:
-        errors.append(f"{host}: dflash_tune_min_rounds: {opts['min_rounds']} is above dflash_tune_max_rounds "
+        errors.append(f"{host}: dflash_bench_tune_min_rounds: {opts['min_rounds']} is above dflash_bench_tune_max_rounds "
                       f"{opts['max_rounds']}")
     t = opts.get("ci_target")
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1:
-        errors.append(f"{host}: dflash_tune_ci_target: {t!r} must be a fraction in (0, 1), e.g. 0.05")
+        errors.append(f"{host}: dflash_bench_tune_ci_target: {t!r} must be a fraction in (0, 1), e.g. 0.05")
     env = opts.get("server_env")
     if not isinstance(env, dict):
-        errors.append(f"{host}: dflash_tune_server_env: must be a mapping NAME: value")
+        errors.append(f"{host}: dflash_bench_tune_server_env: must be a mapping NAME: value")
     backends = opts.get("attention_backends")
     if not isinstance(backends, list) or any(not isinstance(b, str) or not b for b in backends):
-        errors.append(f"{host}: dflash_tune_attention_backends: {backends!r} must be a list of backend names")
+        errors.append(f"{host}: dflash_bench_tune_attention_backends: {backends!r} must be a list of backend names")
     return errors
 
 

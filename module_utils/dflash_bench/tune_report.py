@@ -371,7 +371,8 @@ def context(model, charts, proposal) -> dict:
     t["loads_text"] = "; ".join(tune.describe_load({"kind": "rate" if k else "concurrency", "value": v})
                                 for k, v in loads) or "nothing measured"
     if t.get("rates") == "auto":
-        t["loads_text"] += " (the rates: auto, 0.25-1.25 x the best closed-loop request rate of the first round)"
+        fr = ", ".join(f"{f:g}" for f in t.get("rate_fractions") or tune.RATE_FRACTIONS)
+        t["loads_text"] += f" (the rates: auto, {fr} x the best closed-loop request rate of the first round)"
     return {
         "run": run, "release": rel, "tune": t, "standin": model["standin"], "dummy": model["dummy"],
         "standin_stamp": STANDIN_STAMP, "dummy_stamp": DUMMY_STAMP,

@@ -28,14 +28,14 @@ def test_the_tune_variables_every_error_at_once():
     bad = dict(GOOD, rates=[2, -1], concurrency=[0], requests=2, min_rounds=9, max_rounds=4, ci_target=1.5,
                server_env=[], attention_backends="triton", objective={"ttft_ms": 0})
     errs = tune.check(bad, "ct200")
-    for text in ("ct200: dflash_tune_objective: field 'ttft_ms': 0 must be a positive number",
-                 "ct200: dflash_tune_rates: [2, -1] must be 'auto' or a list of request rates > 0",
-                 "ct200: dflash_tune_concurrency: [0] must be a list of integers 1..256",
-                 "ct200: dflash_tune_requests: 2 must be a whole number from 4 to 100000",
-                 "ct200: dflash_tune_min_rounds: 9 is above dflash_tune_max_rounds 4",
-                 "ct200: dflash_tune_ci_target: 1.5 must be a fraction in (0, 1)",
-                 "ct200: dflash_tune_server_env: must be a mapping",
-                 "ct200: dflash_tune_attention_backends: 'triton' must be a list of backend names"):
+    for text in ("ct200: dflash_bench_tune_objective: field 'ttft_ms': 0 must be a positive number",
+                 "ct200: dflash_bench_tune_rates: [2, -1] must be 'auto' or a list of request rates > 0",
+                 "ct200: dflash_bench_tune_concurrency: [0] must be a list of integers 1..256",
+                 "ct200: dflash_bench_tune_requests: 2 must be a whole number from 4 to 100000",
+                 "ct200: dflash_bench_tune_min_rounds: 9 is above dflash_bench_tune_max_rounds 4",
+                 "ct200: dflash_bench_tune_ci_target: 1.5 must be a fraction in (0, 1)",
+                 "ct200: dflash_bench_tune_server_env: must be a mapping",
+                 "ct200: dflash_bench_tune_attention_backends: 'triton' must be a list of backend names"):
         assert any(e.startswith(text) for e in errs), (text, errs)
     assert any("'auto' takes its rates from the closed-loop cells" in e
                for e in tune.check(dict(GOOD, concurrency=[]), "h"))
@@ -216,3 +216,53 @@ def test_no_file_no_change_no_instance(tmp_path):
                                         ("dflash_instances:\n    - name: a\n", (2, 6, 4))])
 def test_indentation_is_the_files(text, want):
     assert prop._indent_of(text) == want
+
+
+# ------------------------------------------------------------------ the GPU machine's passes (bench/gpu/tune_gpu.sh)
+
+
+def test_h200_tune_passes():
+    """bench/gpu/tune_h200.yml's two passes planned against the H200's hybrid DDTREE release (its recorded
+    manifest) on the GPU the deployed instance holds: the CPU dry run of bench/gpu/tune_gpu.sh."""
+    import dflash_fingerprint.collect
+    import dflash_fingerprint.merge
+    from dflash_bench import plan as bp
+    from dflash_bench import prompts as pr
+    from dflash_bench.flags import get_flag
+
+    v = yaml.safe_load((ROOT / "bench/gpu/tune_h200.yml").read_text())
+    manifest = json.loads((ROOT / "bench/gpu/results/2026-12-03-e2e-deploy/artifacts/manifest.json").read_text())
+    busy = dflash_fingerprint.merge.fingerprint_from_raw(
+        dflash_fingerprint.collect.read_capture(ROOT / "tests/fixtures/captures/h200-busy-foreign"))
+    opts = {k[len("dflash_bench_tune_"):]: val for k, val in v.items() if k.startswith("dflash_bench_tune_")}
+    opts = dict(GOOD, **{k: val for k, val in opts.items() if k in GOOD or k == "rate_fractions"})
+    assert tune.check(opts, "localhost") == []
+    drafts = {"/srv/models/hybrid-draft": {"block_size": 16, "block_size_source": "config.json"}}
+    for name, configs in v["tune_gpu_passes"].items():
+        cfgs = mx.normalize(configs, None, "localhost")
+        p = bp.plan("localhost", manifest, "/opt/dflash/releases/" + manifest["id"], cfgs, busy,
+                    [{"port": 30001, "addr": "127.0.0.1", "pid": 1}], drafts,
+                    {"workloads": ["seeds"], "concurrency": v["dflash_bench_tune_concurrency"], "port_range": [30100, 30199],
+                     "parallel": v["dflash_bench_parallel"], "gpus": v["dflash_bench_gpus"],
+                     "allow_busy_gpus": v["dflash_bench_allow_busy_gpus"], "extra_args": v["dflash_bench_extra_args"],
+                     "start_timeout": v["dflash_bench_start_timeout"], "cell_timeout": 40,
+                     "base_instance": v["dflash_bench_base_instance"]})
+        assert len(p["waves"]) == 1 and p["base"]["name"] == "h200-ddtree", name
+        for c in p["configurations"]:
+            a = c["args"]
+            # every server from the deployed instance's flags: the hybrid's extra_buffer, dummy weights, triton
+            assert get_flag(a, "--mamba-scheduler-strategy") == "extra_buffer" and get_flag(a, "--load-format") == "dummy"
+            assert get_flag(a, "--attention-backend") == "triton" and get_flag(a, "--max-running-requests") == "8"
+            assert c["gpus"] == [0] and get_flag(a, "--max-total-tokens") == "16384"
+        # the rules of the instances stage allow every one on the lab's copy of the Qwen3.5-class hybrid
+        assert tr.check_configurations(cfgs, {"name": "h200-ddtree", "model_path": "/m"}, LAB_HYBRID)[1] == {}
+    # the oracle's prompts are a tune prompts file
+    sys_path = str(ROOT / "bench" / "gpu")
+    import sys
+
+    sys.path.insert(0, sys_path)
+    import tune_oracle
+
+    text = "\n".join(json.dumps(x) for x in tune_oracle.prompts(8, 64, 32))
+    got = pr.parse_jsonl(text, "prompts.jsonl")
+    assert got["used"] == 8 and all(len(x["payload"]["input_ids"]) == 64 for x in got["prompts"])

@@ -233,7 +233,7 @@ def test_charts_13_series_distinct_styles_one_heatmap_scale(run_dir, rendered):
 
 @pytest.mark.skipif(not (shutil.which("pdflatex") and shutil.which("pdftotext")),
                     reason="pdflatex and pdftotext are not installed: apt-get install --no-install-recommends "
-                           "texlive-latex-base texlive-latex-recommended poppler-utils (.ci/run does)")
+                           "texlive-latex-base poppler-utils (.ci/run does)")
 def test_pdf_nothing_off_the_page(run_dir, rendered):
     pdf = run_dir / "report.pdf"
     assert rendered["pdf"] and pdf.exists()

@@ -131,7 +131,7 @@ def test_open_loop_goodput_is_rate_times_attainment():
 def test_objective_errors_name_the_field():
     assert gp.check_objective({"ttft_ms": 500, "itl_ms": 40}) == []
     errs = gp.check_objective({"ttft_ms": -1, "itl_quantile": 101, "tpot": 3}, "ct200")
-    assert "ct200: dflash_tune_objective: field 'tpot': unknown" in errs[0]
+    assert "ct200: dflash_bench_tune_objective: field 'tpot': unknown" in errs[0]
     assert any("field 'ttft_ms': -1 must be a positive number" in e for e in errs)
     assert any("field 'itl_quantile': 101 must be a percentile" in e for e in errs)
     assert gp.check_objective({"ttft_ms": None, "itl_ms": None}, "h")[-1].endswith("every completed request would count")
@@ -176,6 +176,19 @@ def test_the_recorded_matrix_says_speculation_does_not_pay():
         "dflash", "ddtree-b7-k1", "ddtree-b15-k8"}
 
 
+def test_the_deciding_load_is_the_one_sustained_with_confidence():
+    def cell(rate, vals):
+        return {"load": {"kind": "rate", "value": rate},
+                "stats": {"goodput_rps": ci.mean_ci(vals), "by_round": dict(enumerate(vals, 1))}}
+
+    # past saturation: a higher mean, but an interval that reaches far lower than the steady rate's
+    got = gp.deciding([cell(16, [16.0, 16.0, 16.0]), cell(32, [30.0, 24.0, 31.0]), cell(40, [35.0, 10.0, 40.0])])
+    assert got["load"]["value"] == 32
+    assert gp.deciding([cell(16, [16.0]), cell(32, [20.0])])["load"]["value"] == 32  # no interval yet: the mean
+    closed = {"load": {"kind": "concurrency", "value": 4}, "stats": {"goodput_rps": ci.mean_ci([99.0, 99.0])}}
+    assert gp.deciding([closed, cell(16, [16.0, 16.0])])["load"]["kind"] == "rate"  # open loop first
+
+
 def test_no_winner_when_intervals_overlap_and_a_clear_winner_otherwise():
     def e(name, algo, vals):
         return {"name": name, "algorithm": algo, "load": C4, "ci": ci.mean_ci(vals),
@@ -207,7 +220,9 @@ def test_stopping_rule():
     assert ci.stop_verdict(narrow, 3, target_rel=0.05) == {"stop": True, "reason": "ci", "widest": "a",
                                                            "widest_rel": pytest.approx(0.0248, abs=1e-3),
                                                            "rounds": 3, "contenders": ["a"]}
-    assert ci.stop_verdict(narrow, 2, min_rounds=3)["stop"] is False  # never before min_rounds
+    # never before min_rounds: counted behind each contender's figure (3 here), not the run's rounds
+    assert ci.stop_verdict(narrow, 3, min_rounds=4)["stop"] is False
+    assert ci.stop_verdict(narrow, 4, min_rounds=3)["stop"] is True
     assert ci.stop_verdict(narrow, 3, target_rel=0.01)["stop"] is False
     # a configuration clear below the best decides nothing: its wide interval does not hold the run back
     out = dict(narrow, c=ci.mean_ci([10.0, 30.0, 20.0]))
