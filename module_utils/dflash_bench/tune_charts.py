@@ -21,13 +21,11 @@ import json
 import os
 
 try:
-    from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
+    from ansible.module_utils.dflash_bench.charts import DUMMY_STAMP, STANDIN_STAMP
     from ansible.module_utils.dflash_bench.palette import styles
 except ImportError:
-    from dflash_bench.charts import STANDIN_STAMP
+    from dflash_bench.charts import DUMMY_STAMP, STANDIN_STAMP
     from dflash_bench.palette import styles
-
-DUMMY_STAMP = "DUMMY WEIGHTS (--load-format dummy): acceptance and speed of random weights, not of the model"
 
 
 def _plt():
@@ -85,7 +83,8 @@ def deciding_chart(entries, path, standin=False, dummy=False, winner=None, sty=N
     ax.set_yticks(range(len(entries)))
     ax.set_yticklabels([f"{e['name']} ({_load(e['load'])})" for e in entries], fontsize=8)
     ax.set_xlabel("goodput (requests/s meeting the objective), 95% t interval over rounds")
-    ax.set_title("Deciding figure per configuration: best goodput under the objective", fontsize=10)
+    ax.set_title("Deciding figure per configuration: the goodput it sustains under the objective (the rate "
+                 "whose interval's lower bound is highest)", fontsize=9)
     ax.set_xlim(0, max(e["ci"].get("high") or e["ci"]["mean"] for e in entries) * 1.35 or 1)
     fig.tight_layout(rect=(0, 0, 1, _top(standin, dummy)))
     return _finish(fig, path, "deciding figure per configuration", [e["name"] for e in reversed(entries)], sty,
@@ -178,6 +177,9 @@ def closed_chart(cells, path, standin=False, dummy=False, sty=None):
     plt = _plt()
     sty = sty or styles(list(series))
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    levels = sorted({int(p["load"]["value"]) for v in series.values() for p in v})
+    # the levels as categories, each configuration a little to the side of the next: its interval stays visible
+    dodge = {name: (k - (len(series) - 1) / 2) * (0.6 / max(1, len(series))) for k, name in enumerate(series)}
     for ax, yk, yl in ((axes[0], "output_tok_s", "output tok/s"),
                        (axes[1], "goodput_rps", "goodput (req/s within the objective)")):
         for name, pts in series.items():
@@ -187,7 +189,7 @@ def closed_chart(cells, path, standin=False, dummy=False, sty=None):
                 y, err = _err(p["stats"][yk])
                 if y is None:
                     continue
-                xs.append(int(p["load"]["value"]))
+                xs.append(levels.index(int(p["load"]["value"])) + dodge[name])
                 ys.append(y)
                 ye[0] += err[0]
                 ye[1] += err[1]
@@ -195,7 +197,9 @@ def closed_chart(cells, path, standin=False, dummy=False, sty=None):
                 n = min(p["stats"]["n_rounds"] for p in pts)
                 ax.errorbar(xs, ys, yerr=ye, color=s["color"], marker=s["marker"], linestyle=s["linestyle"], ms=5,
                             capsize=3, lw=1.2, label=f"{name} (n>={n})")
-        ax.set_xticks(sorted({int(p["load"]["value"]) for v in series.values() for p in v}))
+        ax.set_xticks(range(len(levels)))
+        ax.set_xticklabels([str(c) for c in levels])
+        ax.set_xlim(-0.5, len(levels) - 0.5)
         ax.set_xlabel("concurrency (closed-loop clients)")
         ax.set_ylabel(yl)
         ax.set_title(f"{yl} against concurrency (95% intervals)", fontsize=10)
@@ -234,10 +238,14 @@ def accept_chart(accept, path, standin=False, dummy=False, sty=None):
                 label=f"{name}: {kind}, {total} steps")
     ax.set_xlabel("tokens accepted in one verify step (drafts accepted + the bonus token)")
     ax.set_ylabel("share of steps")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("accepted tokens per step" + ("" if kinds != {"per streamed chunk"} else
                                                 " (streamed chunks: sglang may merge steps)"), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    # below the panel, in columns: over the lines it would hide the distribution of a dozen series
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax = axes[1]
     names = list(accept)
     import matplotlib
@@ -254,6 +262,10 @@ def accept_chart(accept, path, standin=False, dummy=False, sty=None):
                 ms=6)
     ax.set_yticks(range(1, len(names) + 1))
     ax.set_yticklabels([f"{n} (n={len(accept[n]['lengths'])})" for n in names], fontsize=8)
+    every = [x for n in names for x in accept[n]["lengths"]]
+    if max(every) - min(every) < 0.1:  # all alike (acceptance pinned, e.g. 1.0): a readable axis around them
+        ax.set_xlim(min(every) - 0.5, max(every) + 0.5)
+    ax.ticklabel_format(axis="x", useOffset=False, style="plain")
     ax.set_xlabel("accept length of a request (completion tokens / verify steps)")
     ax.set_title("per-request accept length (box: quartiles; marker: mean)", fontsize=10)
     ax.grid(alpha=0.3)

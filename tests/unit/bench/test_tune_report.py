@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from dflash_bench import charts as ch
-from dflash_bench import palette, tune
+from dflash_bench import layout, palette, tune
 from dflash_bench import tune_report as trep
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -186,7 +186,7 @@ def test_long_lines_are_wrapped(run_dir):
             code.append(line)
     assert code and max(len(x) for x in code) <= trep.MD_WIDTH
     words = ["python", "-m", "x" * 300, "--flag", "v"]
-    wrapped = trep.wrap_command(words, 80)
+    wrapped = layout.wrap_command(words, 80)
     assert all(len(x) <= 80 for x in wrapped)
     # the shell reads the wrapped lines back as the same command
     out = subprocess.run(["bash", "-c", "printf '%s\\n' " + "\n".join(wrapped)], capture_output=True, text=True,
@@ -197,18 +197,22 @@ def test_long_lines_are_wrapped(run_dir):
 def test_column_widths_fit_the_line():
     t = {"columns": ["configuration", "load", "TTFT p99"], "rows": [["ddtree-b15-k8-flashinfer",
                                                                       "open loop, 10 req/s", "10.8 (n < 368)"]]}
-    w = trep.col_widths(t)
-    assert sum(w) <= trep.LINE_CHARS - trep.COL_GAP_CHARS * 3 + 1e-6
+    w = layout.col_widths(t)
+    assert sum(w) <= layout.LINE_CHARS - layout.COL_GAP_CHARS * 3 + 1e-6
     assert w[0] >= len("ddtree-") and w[2] >= len("(n")
 
 
-def test_palette_never_repeats_a_pair():
-    pairs = [(s["color"], s["marker"]) for s in map(palette.style, range(90))]
-    assert len(set(pairs)) == 90
-    for a, b in itertools.pairwise(pairs):  # neighbours differ in colour and in marker
+@pytest.mark.parametrize("n", [3, 10, 12, 20, 21, 90, 360])
+def test_palette_never_repeats_a_pair(n):
+    sty = palette.styles([f"s{i}" for i in range(n)])
+    triples = [(s["color"], s["marker"], s["linestyle"]) for s in sty.values()]
+    assert len(set(triples)) == n
+    if n <= 90:
+        assert len({t[:2] for t in triples}) == n  # colour and marker alone tell them apart
+    if n <= 20:
+        assert len({t[0] for t in triples}) == n  # up to 20 series: every one its own colour
+    for a, b in itertools.pairwise(triples):  # neighbours differ in colour and in marker
         assert a[0] != b[0] and a[1] != b[1]
-    full = [tuple(palette.style(i).values()) for i in range(360)]
-    assert len(set(full)) == 360
 
 
 def test_charts_13_series_distinct_styles_one_heatmap_scale(run_dir, rendered):
