@@ -9,15 +9,17 @@
 #   run(command="bash bench/gpu/tune_gpu.sh", timeout_s=600)         # both passes, about 8 minutes
 # or, when the servers start slowly, one pass a call: KEEP=1 PASSES=dummy ..., then PASSES=oracle ...
 #
-# Pass "dummy": NONE, DFLASH, DDTREE b15/k8 and b7/k4 from the release's flags; the draft of random weights is
-#   never right: expect "speculation does not pay here", every request's accept length about 1.0.
+# Pass "dummy": NONE, DFLASH and DDTREE b15/k8 from the release's flags; the draft of random weights is never
+#   right: expect "speculation does not pay here", every request's accept length about 1.0.
 # Pass "oracle": DFLASH, DDTREE b15/k8 and b7/k4, every draft steered by the test-only oracle (patch 0101,
 #   SGLANG_DDTREE_ORACLE) to the deployed instance's own greedy continuation of each prompt, the right token
 #   on the second branch at depth 2 (bench/gpu/tune_oracle.py): DFLASH accepts 1 draft a step, DDTREE more:
 #   expect a DDTREE configuration chosen over DFLASH (in the choice, or "among the speculative
 #   configurations" when no speculation is also in the run).
-# Each pass is one wave of servers beside the deployed instance, a closed-loop round, then 3 rounds at the
-# rates it gave; its time budget (start included) is what the call has left, split between the passes.
+# Each pass is one wave of 3 servers beside the deployed instance (about 2 minutes to start on the H200), a
+# closed-loop round, then 3 rounds at the rates it gave (about 20 s each); its time budget (start included) is
+# what the call has left, split between the passes: about 4 minutes each. A pass that would get under 200 s is
+# skipped and says so: run it in a call of its own (the first with KEEP=1).
 # Results: $OUT/tune-results.tgz (each run folder: run.json, cells/, rounds.jsonl, results.json, report.md,
 # report.tex, charts; the PDF on the controller: python3 scripts/bench_report.py tune <run folder>).
 # KEEP=1 leaves the deployed instance running for another call. Dry run on any machine (no GPU):
@@ -49,11 +51,11 @@ cp -a "$W/oracle.json" "$OUT/" 2>/dev/null
 
 run_pass() {  # NAME SECONDS CONFIGURATIONS-JSON
   local name=$1 secs=$2
-  say "pass $name: tune.yml, budget $(( secs - 60 )) s (start included), hard stop at $secs s"
+  say "pass $name: tune.yml, budget $(( secs - 45 )) s (start included), hard stop at $secs s"
   timeout "$secs" "$PY" -m ansible.cli.playbook -i inventory/gpu -l localhost playbooks/tune.yml \
     -e @bench/gpu/tune_h200.yml -e "$3" \
     -e "{\"dflash_bench_tune_prompts\": \"$W/prompts.jsonl\", \"dflash_bench_tune_run_name\": \"h200-$name\",
-         \"dflash_bench_tune_results_dir\": \"$OUT/runs\", \"dflash_bench_tune_budget\": $(( secs - 60 ))}"
+         \"dflash_bench_tune_results_dir\": \"$OUT/runs\", \"dflash_bench_tune_budget\": $(( secs - 45 ))}"
   say "pass $name rc=$?"
   ls /run/dflash/ 2>/dev/null | grep -q bench && say "WARNING: tune servers left" || say "no tune server left"
 }

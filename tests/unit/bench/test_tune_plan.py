@@ -247,7 +247,7 @@ def test_h200_tune_passes():
                      "allow_busy_gpus": v["dflash_bench_allow_busy_gpus"], "extra_args": v["dflash_bench_extra_args"],
                      "start_timeout": v["dflash_bench_start_timeout"], "cell_timeout": 40,
                      "base_instance": v["dflash_bench_base_instance"]})
-        assert len(p["waves"]) == 1 and p["base"]["name"] == "h200-ddtree", name
+        assert len(p["waves"]) == 1 and len(p["waves"][0]) == 3 and p["base"]["name"] == "h200-ddtree", name
         for c in p["configurations"]:
             a = c["args"]
             # every server from the deployed instance's flags: the hybrid's extra_buffer, dummy weights, triton
