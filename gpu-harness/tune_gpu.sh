@@ -15,14 +15,17 @@
 #   on the second branch at depth 2 (gpu-harness/tune_oracle.py): DFLASH accepts 1 draft a step, DDTREE more:
 #   expect a DDTREE configuration chosen over DFLASH (in the choice, or "among the speculative
 #   configurations" when no speculation is also in the run).
-# Each pass is one wave of 3 servers beside the deployed instance (about 2 minutes to start on the H200), a
+# Each pass is one wave of 3 servers beside the deployed instance (about 2 minutes to start on the H200), sized
+# from the GPU's free memory when the pass starts (gpu-harness/tune_memory.py over gpu_memory.py: an H200 or an
+# 80 GB H100; a pass whose servers cannot fit is skipped before any starts and says why), a
 # closed-loop round, then 3 rounds at the rates it gave (about 20 s each); its time budget (start included) is
 # what the call has left, split between the passes: about 4 minutes each. A pass that would get under 200 s is
 # skipped and says so: run it in a call of its own (the first with KEEP=1).
 # Results: $OUT/tune-results.tgz (each run folder: run.json, cells/, rounds.jsonl, results.json, report.md,
 # report.tex, charts; the PDF on the controller: python3 scripts/bench_report.py tune <run folder>).
 # KEEP=1 leaves the deployed instance running for another call. Dry run on any machine (no GPU):
-# DRY_RUN=1 bash gpu-harness/tune_gpu.sh -> the plan's checks of these passes against the H200 manifest.
+# DRY_RUN=1 bash gpu-harness/tune_gpu.sh -> the plan's and the sizing's checks of these passes (tests/harness/
+# test_tune_gpu.py: the H200 manifest, an H100's and an H200's memory).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tune-out}
@@ -36,7 +39,7 @@ say() { echo "[tune +$(( $(date +%s) - T0 ))s] $*"; }
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 say "start $(date -u +%FT%TZ) git=$(git rev-parse --short HEAD 2>/dev/null || echo none) passes='$PASSES'"
 if [ -n "${DRY_RUN:-}" ]; then
-  exec "$PY" -m pytest -q tests/unit/bench/test_tune_plan.py -k h200_tune_passes
+  exec "$PY" -m pytest -q tests/harness/test_tune_gpu.py
 fi
 [ -d "${CTL:-$HOME/ctl}/ansible" ] && [ -f /opt/dflash/current/instances/h200-ddtree.env ] || {
   say "no deployed h200-ddtree: run KEEP=1 STAGES=deploy bash gpu-harness/e2e.sh first"; exit 2; }
@@ -51,9 +54,12 @@ cp -a "$W/oracle.json" "$OUT/" 2>/dev/null
 
 run_pass() {  # NAME SECONDS CONFIGURATIONS-JSON
   local name=$1 secs=$2
+  # the servers' memory flags from the GPU's free memory now (the deployed instance holds its part)
+  "$PY" gpu-harness/tune_memory.py "$name" --out "$W/memory-$name.json" \
+    || { say "pass $name skipped: its servers do not fit the GPU now (above)"; return 0; }
   say "pass $name: tune.yml, budget $(( secs - 45 )) s (start included), hard stop at $secs s"
   timeout "$secs" "$PY" -m ansible.cli.playbook -i inventory/gpu -l localhost playbooks/tune.yml \
-    -e @gpu-harness/tune_h200.yml -e "$3" \
+    -e @gpu-harness/tune_h200.yml -e "@$W/memory-$name.json" -e "$3" \
     -e "{\"dflash_bench_tune_prompts\": \"$W/prompts.jsonl\", \"dflash_bench_tune_run_name\": \"h200-$name\",
          \"dflash_bench_tune_results_dir\": \"$OUT/runs\", \"dflash_bench_tune_budget\": $(( secs - 45 ))}"
   say "pass $name rc=$?"
@@ -77,5 +83,6 @@ for f in "$OUT"/runs/*/report.md; do
 done
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 . gpu-harness/stop_all.sh && stop_all  # the deployed instance too, unless KEEP=1 (another call follows)
-cd "$OUT" && tar czf /tmp/tune-results.tgz runs tune.log oracle.json 2>/dev/null && find "$OUT" -mindepth 1 -delete \
-  && mv /tmp/tune-results.tgz "$OUT/"
+cp -a "$W"/memory-*.json "$OUT/" 2>/dev/null  # each pass's sizing, beside its run
+cd "$OUT" && tar czf /tmp/tune-results.tgz --ignore-failed-read runs tune.log oracle.json memory-*.json 2>/dev/null \
+  && find "$OUT" -mindepth 1 -delete && mv /tmp/tune-results.tgz "$OUT/"
