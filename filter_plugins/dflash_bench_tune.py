@@ -14,6 +14,7 @@ if _MU not in ansible.module_utils.__path__:
 
 from ansible.module_utils.dflash_bench import matrix as _mx
 from ansible.module_utils.dflash_bench import prompts as _pr
+from ansible.module_utils.dflash_bench import proposal as _prop
 from ansible.module_utils.dflash_bench import results as _res
 from ansible.module_utils.dflash_bench import tune as _tune
 from ansible.module_utils.dflash_common.jinja import plain as _plain
@@ -71,6 +72,13 @@ def dflash_bench_tune_progress(seconds):
     return _mx.fmt_seconds(seconds)
 
 
+def dflash_bench_tune_apply(run_dir, host, instances, current_release=None):
+    """playbooks/tune-apply.yml: {errors, instances (the host's dflash_instances running the run's choice), lines}.
+    The run folder is on the controller (a relative path from where ansible-playbook runs)."""
+    path = os.path.abspath(os.path.expanduser(str(run_dir or "")))
+    return _prop.apply_plan(path, str(host), _plain(instances) or [], current_release or None)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -81,4 +89,5 @@ class FilterModule:
             "dflash_bench_tune_servers": dflash_bench_tune_servers,
             "dflash_bench_tune_api_keys": dflash_bench_tune_api_keys,
             "dflash_bench_tune_progress": dflash_bench_tune_progress,
+            "dflash_bench_tune_apply": dflash_bench_tune_apply,
         }

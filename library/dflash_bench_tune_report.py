@@ -11,7 +11,8 @@ description:
     their interval; each configuration's deciding figure; the choice (the best goodput against the
     runner-up - no winner when the intervals overlap, speculation does not pay when no speculation wins).
   - A clear choice becomes a proposed change of the host's instance in the user's inventory - a unified diff
-    (C(inventory.diff)) of the file that defines it, nothing written to the inventory.
+    (C(inventory.diff)) of the file that defines it, nothing written to the inventory; playbooks/tune-apply.yml
+    deploys it as a release when asked.
   - Writes C(results.json), C(charts/*.png), C(report.md), C(report.tex) and, with pdflatex, C(report.pdf).
   - Run it delegated to localhost. Logic in C(module_utils/dflash_bench/tune_report.py), C(proposal.py).
 options:
@@ -23,7 +24,6 @@ options:
   inventory_sources: {description: The inventory sources of the run., type: list, elements: path, default: []}
   instances: {description: The host's dflash_instances., type: list, elements: raw, default: []}
   base_instance: {description: The release instance the configurations started from., type: str, required: true}
-  apply: {description: Deploy a clear choice (the instances for deploy.yml come back)., type: bool, default: false}
 author: dflash-deploy
 """
 
@@ -31,18 +31,14 @@ RETURN = r"""
 lines: {description: The choice, its interval, the proposal., type: list, returned: always}
 choice: {description: "{verdict, text, best, runner_up, ratio, tied, ranking, speculative}", type: dict, returned: always}
 proposal: {description: "{changed, file, diff, note}", type: dict, returned: always}
-deploy: {description: Whether deploy.yml should deploy the proposal now (apply and a clear choice that changes the instance)., type: bool, returned: always}
-instances: {description: The host's dflash_instances with the proposal (for deploy.yml)., type: list, returned: always}
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_bench import tune_report
-from ansible.module_utils.dflash_bench.proposal import propose
+from ansible.module_utils.dflash_bench.proposal import chosen, propose
 from ansible.module_utils.dflash_bench.results import read_json
-
-CLEAR = ("winner", "speculation_does_not_pay")
 
 
 def main():
@@ -56,49 +52,42 @@ def main():
             "inventory_sources": {"type": "list", "elements": "path", "default": []},
             "instances": {"type": "list", "elements": "raw", "default": []},
             "base_instance": {"type": "str", "required": True},
-            "apply": {"type": "bool", "default": False},
         },
         supports_check_mode=False,
     )
     p = module.params
+    run_dir = os.path.normpath(p["run_dir"])
     try:
-        model = tune_report.analyse(p["run_dir"])
+        model = tune_report.analyse(run_dir)
         choice = model["choice"]
-        proposal = {"changed": False, "file": None, "diff": "", "snippet": "", "note": "", "instances": p["instances"]}
-        best = (choice.get("best") or {}).get("name")
-        cfg = next((c for c in (read_json(os.path.join(p["run_dir"], "run.json")).get("plan") or {})
-                    .get("configurations") or [] if c["name"] == best), None)
-        if choice["verdict"] not in CLEAR:
-            proposal["note"] = "no clear choice: nothing to change"
-        elif cfg is None or cfg.get("running"):
-            proposal["note"] = f"the best is the running instance {best} as it is: nothing to change"
+        proposal = {"changed": False, "file": None, "diff": "", "snippet": "", "note": ""}
+        cfg, why = chosen(read_json(os.path.join(run_dir, "run.json")), choice)
+        if cfg is None:
+            proposal["note"] = why
         else:
             rel_to = os.path.dirname(os.path.commonpath([os.path.abspath(s) for s in p["inventory_sources"]])) \
                 if p["inventory_sources"] else None
             proposal = propose(p["inventory_sources"], p["host"], p["groups"], p["base_instance"], cfg, p["instances"],
                                rel_to=rel_to)
-        deploy = bool(p["apply"] and choice["verdict"] in CLEAR and proposal.get("changed"))
-        out = tune_report.render(p["run_dir"], p["templates_dir"], proposal=proposal, pdf=p["pdf"], applied=deploy)
+        out = tune_report.render(run_dir, p["templates_dir"], proposal=proposal, pdf=p["pdf"])
     except (OSError, ValueError) as exc:
-        module.fail_json(msg=f"{p['run_dir']}: cannot analyse the tune run: {exc}")
-    lines = [f"report: {p['run_dir']}/report.md" + (f" and {out['pdf']}" if out.get("pdf") else "")]
+        module.fail_json(msg=f"{run_dir}: cannot analyse the tune run: {exc}")
+    lines = [f"report: {run_dir}/report.md" + (f" and {out['pdf']}" if out.get("pdf") else "")]
     if model["standin"]:
         lines.append(f"STAND-IN figures, not SGLang (the server says: {model['standin']})")
     if model["dummy"]:
         lines.append("DUMMY WEIGHTS: the base instance loads random weights (--load-format dummy)")
     lines += out["lines"]
     if proposal.get("diff"):
-        lines += [f"proposed inventory change ({proposal['note']}), also in {p['run_dir']}/inventory.diff:"]
+        lines += [f"proposed inventory change ({proposal['note']}), also in {run_dir}/inventory.diff:"]
         lines += proposal["diff"].splitlines()
     elif proposal.get("note"):
         lines.append(f"proposal: {proposal['note']}")
-    if p["apply"]:
-        lines.append("tune_apply: " + ("deploying it now through deploy.yml's release path" if deploy
-                                       else "nothing to deploy (no clear choice, or nothing changes)"))
+    if proposal.get("changed"):
+        lines.append(f"to deploy it as a release (every gate of deploy.yml): {tune_report.apply_command(p['host'], run_dir)}")
     lines += [f"warning: {w}" for w in out["warnings"]]
-    module.exit_json(changed=True, lines=lines, choice=out["summary"]["choice"], deploy=deploy,
-                     proposal={k: proposal.get(k) for k in ("changed", "file", "diff", "note")},
-                     instances=proposal.get("instances") or p["instances"])
+    module.exit_json(changed=True, lines=lines, choice=out["summary"]["choice"],
+                     proposal={k: proposal.get(k) for k in ("changed", "file", "diff", "note")})
 
 
 if __name__ == "__main__":

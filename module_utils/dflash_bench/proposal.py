@@ -9,6 +9,10 @@ pinned attention backend and draft change) and the unified diff against the file
 the user reads it and applies it (``git apply`` / ``patch -p1`` from the inventory's parent). Nothing is
 written to the inventory. Without such a file (the instances came from extra vars, say) the proposal is
 the changed instance as YAML. Pure functions over file text, plus reading the candidate files.
+
+playbooks/tune-apply.yml deploys a run's choice later, as a step of its own (``apply_plan``): the run's folder
+says what was chosen, on which host and release; the instance is changed as the proposal changed it, in the
+host's inventory instances as they are when the step runs.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from __future__ import annotations
 import difflib
 import glob
 import io
+import json
 import os
 
 from ansible.module_utils.dflash_bench.tune_rules import as_instance
 
 VAR = "dflash_instances"
 CHANGED = ("algorithm", "ddtree", "pin_flags", "draft_model_path")
+CLEAR = ("winner", "speculation_does_not_pay")  # the verdicts that name one configuration
 
 
 def _yaml():
@@ -168,6 +174,62 @@ def propose(sources, host, groups, instance, cfg, current_instances, rel_to=None
     return {"changed": True, "file": None, "diff": "", "instances": instances, "snippet": snippet,
             "note": (f"no inventory file of {host} defines instance {instance} in {VAR} (extra vars, a plugin "
                      "inventory?): set it as below")}
+
+
+def chosen(run, choice) -> tuple:
+    """(the chosen configuration as run.json's plan has it, "") or (None, why there is nothing to change)."""
+    best = (choice.get("best") or {}).get("name")
+    if choice.get("verdict") not in CLEAR:
+        return None, "no clear choice: nothing to change"
+    cfg = next((c for c in (run.get("plan") or {}).get("configurations") or [] if c.get("name") == best), None)
+    if cfg is None or cfg.get("running"):
+        return None, f"the best is the running instance {best} as it is: nothing to change"
+    return cfg, ""
+
+
+def _read_json(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def apply_plan(run_dir, host, instances, current_release) -> dict:
+    """tune-apply.yml's step: the host's dflash_instances running the choice of the tune run in ``run_dir``, or
+    every reason not to deploy it. ``current_release``: the id of the release the host runs now (None: none).
+    -> {errors, instances, lines}; errors name the host and say what to do."""
+    errors = []
+    try:
+        run = _read_json(os.path.join(run_dir, "run.json"))
+        results = _read_json(os.path.join(run_dir, "results.json"))
+    except (OSError, ValueError) as exc:
+        return {"errors": [(f"{host}: {run_dir}: not a finished tune run ({exc}): give the folder tune.yml wrote, "
+                           "e.g. -e tune_run=reports/tune/<run>")], "instances": list(instances or []), "lines": []}
+    name, run_host = run.get("run"), run.get("host")
+    if run_host != host:
+        errors.append(f"{host}: tune run {name} measured {run_host}, not this host: limit the play to it (-l {run_host})")
+    measured = (run.get("release") or {}).get("id")
+    if measured != current_release:
+        errors.append(f"{host}: tune run {name} measured release {measured}; the host runs "
+                      f"{current_release or 'no release'} now, so the figures may no longer hold: tune again")
+    choice = results.get("choice") or {}
+    cfg, why = chosen(run, choice)
+    if cfg is None:
+        errors.append(f"{host}: tune run {name}: {why} ({choice.get('text') or choice.get('verdict')})")
+    base = run.get("base_instance")
+    current = [dict(i) for i in instances or [] if isinstance(i, dict)]
+    inv = next((i for i in current if i.get("name") == base), None)
+    if inv is None:
+        errors.append(f"{host}: the inventory has no instance {base!r} (tune run {name}'s base instance) to change")
+    if errors:
+        return {"errors": errors, "instances": current, "lines": []}
+    new = as_instance(inv, cfg)
+    if not any(inv.get(k) != new.get(k) for k in CHANGED):
+        return {"errors": [(f"{host}: instance {base} already runs {cfg['name']} in the inventory: nothing to deploy "
+                           "(a plain deploy.yml deploys the inventory as written)")], "instances": current, "lines": []}
+    return {"errors": [], "instances": [new if i.get("name") == base else i for i in current],
+            "lines": [f"{host}: instance {base} -> {cfg['name']}: {choice.get('text')}",
+                      ("deploy.yml deploys it now as a new release, every gate; the inventory files are unchanged: "
+                      f"apply {os.path.join(run_dir, 'inventory.diff')}, or the next plain deploy.yml puts the "
+                      "old configuration back")]}
 
 
 def _dump_snippet(inst) -> str:

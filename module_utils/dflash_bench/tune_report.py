@@ -255,7 +255,7 @@ def _env(templates_dir, latex=False):
 def context(model, charts, proposal) -> dict:
     run = model["run"]
     rel = dict({"id": None, "sglang": None}, **(run.get("release") or {}))
-    t = dict({"applied": False, "loads_text": "", "prompts_text": "", "ci_target": 0.05, "min_rounds": "?",
+    t = dict({"loads_text": "", "prompts_text": "", "ci_target": 0.05, "min_rounds": "?",
               "max_rounds": "?", "budget": "?"}, **(run.get("tune") or {}))
     run = dict({"run": "?", "host": "?", "base_instance": "?", "started": "?", "finished": None}, **run)
     configs = []
@@ -295,7 +295,12 @@ def context(model, charts, proposal) -> dict:
     }
 
 
-def render(run_dir, templates_dir, proposal=None, pdf=True, charts=True, applied=False) -> dict:
+def apply_command(host, run_dir) -> str:
+    """The step that deploys a run's choice (playbooks/tune-apply.yml)."""
+    return f"ansible-playbook playbooks/tune-apply.yml -l {host} -e tune_run={os.path.normpath(run_dir)}"
+
+
+def render(run_dir, templates_dir, proposal=None, pdf=True, charts=True) -> dict:
     """-> {files, model, choice, charts, pdf, warnings}."""
     model = analyse(run_dir)
     files, warnings, drawn = [], [], {}
@@ -305,7 +310,7 @@ def render(run_dir, templates_dir, proposal=None, pdf=True, charts=True, applied
         warnings.append(f"no charts: {exc} (matplotlib is in pyproject.toml: uv sync)")
     files += [c["path"] for c in drawn.values()]
     ctx = context(model, drawn, proposal)
-    ctx["tune"]["applied"] = bool(applied)
+    ctx["apply_command"] = apply_command(ctx["run"]["host"], run_dir)
     md = _env(templates_dir).get_template("report.md.j2").render(**ctx)
     files.append(write_text(os.path.join(run_dir, "report.md"), md))
     tex_path = write_text(os.path.join(run_dir, "report.tex"),

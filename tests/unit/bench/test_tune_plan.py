@@ -216,3 +216,60 @@ def test_no_file_no_change_no_instance(tmp_path):
                                         ("dflash_instances:\n    - name: a\n", (2, 6, 4))])
 def test_indentation_is_the_files(text, want):
     assert prop._indent_of(text) == want
+
+
+# ------------------------------------------------------------------ tune-apply.yml: a run's choice deployed later
+
+
+def tune_run(tmp_path, verdict="winner", best="ddtree-b7-k4", host="ct200", release="20261206T000000-aaaa"):
+    run_dir = tmp_path / "reports" / "tune" / "r1"
+    run_dir.mkdir(parents=True)
+    configs = [dict(DDTREE_B7, name="ddtree-b7-k4"), {"name": "main", "running": "main"},
+               dict(mx.normalize([{"algorithm": "NONE"}])[0], name="none")]
+    (run_dir / "run.json").write_text(json.dumps({"run": "r1", "host": host, "release": {"id": release},
+                                                  "base_instance": "main", "plan": {"configurations": configs}}))
+    (run_dir / "results.json").write_text(json.dumps({"choice": {"verdict": verdict, "best": {"name": best},
+                                                                 "text": f"{best}: 12.0 req/s [11.5, 12.5]"}}))
+    return str(run_dir)
+
+
+def test_apply_takes_the_runs_choice_into_the_hosts_instances(tmp_path):
+    current = yaml.safe_load(HOST_VARS)["dflash_instances"]
+    got = prop.apply_plan(tune_run(tmp_path), "ct200", current, "20261206T000000-aaaa")
+    assert got["errors"] == []
+    assert got["instances"][0]["algorithm"] == "DDTREE" and got["instances"][0]["ddtree"] == {
+        "budget": 7, "topk": 4, "mode": "tree"}
+    assert got["instances"][1] == current[1] and current[0]["algorithm"] == "DFLASH"  # the input is not changed
+    assert got["lines"][0] == "ct200: instance main -> ddtree-b7-k4: ddtree-b7-k4: 12.0 req/s [11.5, 12.5]"
+    assert "inventory.diff" in got["lines"][1]
+
+
+def test_apply_refuses_every_other_case_at_once_and_changes_nothing(tmp_path):
+    current = yaml.safe_load(HOST_VARS)["dflash_instances"]
+    got = prop.apply_plan(tune_run(tmp_path, verdict="no_winner", host="ct201"), "ct200", current,
+                          "20261207T000000-bbbb")
+    assert got["instances"] == current and got["lines"] == []
+    assert [e.split(":", 2)[1].strip() for e in got["errors"]] == [
+        "tune run r1 measured ct201, not this host",
+        ("tune run r1 measured release 20261206T000000-aaaa; the host runs 20261207T000000-bbbb now, so the figures "
+         "may no longer hold"),
+        "tune run r1"]
+    assert "(-l ct201)" in got["errors"][0] and "tune again" in got["errors"][1]
+    assert "no clear choice" in got["errors"][2]
+    # the best is the running instance as it is; the inventory lacks the base instance; no release served
+    assert "the running instance main as it is" in prop.apply_plan(
+        tune_run(tmp_path / "a", best="main"), "ct200", current, "20261206T000000-aaaa")["errors"][0]
+    assert "has no instance 'main'" in prop.apply_plan(
+        tune_run(tmp_path / "b"), "ct200", current[1:], "20261206T000000-aaaa")["errors"][0]
+    assert "runs no release now" in prop.apply_plan(tune_run(tmp_path / "c"), "ct200", current, None)["errors"][0]
+
+
+def test_apply_when_the_inventory_already_runs_it_or_the_folder_is_not_a_run(tmp_path):
+    current = yaml.safe_load(HOST_VARS)["dflash_instances"]
+    done = prop.apply_plan(tune_run(tmp_path), "ct200", current, "20261206T000000-aaaa")["instances"]
+    again = prop.apply_plan(tune_run(tmp_path / "a"), "ct200", done, "20261206T000000-aaaa")
+    assert again["errors"] == [("ct200: instance main already runs ddtree-b7-k4 in the inventory: nothing to deploy "
+                               "(a plain deploy.yml deploys the inventory as written)")]
+    missing = prop.apply_plan(str(tmp_path / "nope"), "ct200", current, None)
+    assert len(missing["errors"]) == 1 and "not a finished tune run" in missing["errors"][0]
+    assert "-e tune_run=reports/tune/<run>" in missing["errors"][0]

@@ -158,6 +158,23 @@ def test_every_column_in_markdown_and_latex(run_dir, rendered):
     assert "s3cret" not in md and "s3cret" not in tex
     assert "`oom` (start): cuda_oom: out of memory -- remedy: lower --mem-fraction-static" in md
     assert "`ddtree-b31-k8`: ct200: configuration ddtree-b31-k8" in md
+    # the step that deploys the choice, with this run's folder
+    command = f"ansible-playbook playbooks/tune-apply.yml -l ct200 -e tune_run={run_dir}"
+    assert f"`{command}`" in md and command.replace("_", r"\_") in tex.replace(r"\allowbreak{}", "")
+
+
+def test_a_server_that_says_it_is_a_stand_in_is_stamped_with_its_words(run_dir, tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(run_dir, d)
+    cell = next((d / "cells").glob("dflash__*.json"))
+    rec = json.loads(cell.read_text())
+    rec["stand_in"] = "dflash-deploy lab stand-in (files/lab/sglang_standin.py): not SGLang, no GPU, canned output"
+    cell.write_text(json.dumps(rec))
+    out = trep.render(d, TEMPLATES, pdf=False, charts=False)
+    assert out["model"]["standin"] == rec["stand_in"]
+    md = (d / "report.md").read_text()
+    assert f"> **{ch.STANDIN_STAMP}.** A stand-in server answered these requests (it says: {rec['stand_in']})" in md
+    assert "STAND-IN FIGURES" in (d / "report.tex").read_text()
 
 
 def verbatim_lines(tex):
