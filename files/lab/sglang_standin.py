@@ -69,6 +69,15 @@ Speed: the stand-in "decodes" at DFLASH_STANDIN_TOKENS_PER_S (default 500) token
 of N tokens is sent after N / speed seconds, and /generate's meta_info.e2e_latency is that simulated
 time (deterministic, so that lab performance gates compare like with like).
 
+Known speeds (tune.yml's Molecule scenario): DFLASH_STANDIN_SPEEDS=<JSON> gives the streamed /generate a
+speed and an acceptance per configuration, looked up from the server's own flags (the most specific key
+wins): {"NONE": {"tok_s": 300}, "DFLASH": {"tok_s": 450, "accept": 3}, "DDTREE/15/8": {"tok_s": 900,
+"accept": 5}, "DDTREE/7/4@flashinfer": {...}, "noise": 0.03, "slots": 4}. Keys: ALGO[/budget[/topk[/mode]]]
+[@attention-backend]. tok_s: tokens per second of one request while it decodes; accept: mean tokens per
+verify step (drafts accepted + the bonus token, binomially spread over the steps); noise: the standard
+deviation of a log-normal factor on each request's speed (default 0.03); slots: requests decoded at once
+(more wait in a queue, their TTFT grows: the server saturates; default unlimited).
+
 Latency: DFLASH_STANDIN_LATENCY=<seconds> makes every chat / generate request take that long (so a
 drain before a restart has requests in flight to wait for).
 
@@ -466,14 +475,18 @@ def complete(prompt: str, max_tokens: int | None, temperature: float, seed, reas
     }
 
 
-def spec_steps(draft: int, completion_tokens: int, seed_material: str, low_accept: bool = False) -> list[int]:
+def spec_steps(draft: int, completion_tokens: int, seed_material: str, low_accept: bool = False,
+               accept: float | None = None) -> list[int]:
     """Accepted drafts of each verify step (deterministic); each step also yields the bonus token.
-    ``low_accept`` (fault mode low_accept): fewer drafts accepted per step."""
+    ``low_accept`` (fault mode low_accept): fewer drafts accepted per step. ``accept`` (DFLASH_STANDIN_SPEEDS):
+    the mean tokens per step, drafts drawn binomially over the draft's positions."""
     rng = random.Random(hashlib.sha256(seed_material.encode()).hexdigest())
     choices = (0, 1, 1, 2) if low_accept else (1, 2, 2, 3, 3, 4, 5, 6)
+    p = None if accept is None else min(1.0, max(0.0, (float(accept) - 1.0) / max(1, draft - 1)))
     remaining, steps = completion_tokens, []
     while remaining > 0:
-        drafts = max(0, min(rng.choice(choices), draft - 1, remaining - 1))
+        pick = rng.choice(choices) if p is None else sum(rng.random() < p for _ in range(draft - 1))
+        drafts = max(0, min(pick, draft - 1, remaining - 1))
         steps.append(drafts)
         remaining -= drafts + 1
     return steps
@@ -494,11 +507,11 @@ def spec_draft(args: dict) -> int:
 
 
 def spec_meta(args: dict, completion_tokens: int, seed_material: str, low_accept: bool = False,
-              version: str | None = None) -> dict:
+              accept: float | None = None, version: str | None = None) -> dict:
     """Speculative-decoding meta_info the way the played sglang version reports it (deterministic)."""
     keys = META_INFO_KEYS.get(version or SGLANG_VERSION) or META_INFO_KEYS[DEFAULT_SGLANG_VERSION]
     draft = spec_draft(args)
-    steps = spec_steps(draft, completion_tokens, seed_material, low_accept)
+    steps = spec_steps(draft, completion_tokens, seed_material, low_accept, accept)
     verify_ct, accepted, hist = len(steps), sum(steps), [0] * draft
     for drafts in steps:
         hist[drafts] += 1
@@ -516,6 +529,30 @@ def spec_meta(args: dict, completion_tokens: int, seed_material: str, low_accept
     for old, new in keys["aliases"].items():
         out[old] = out[new]
     return out
+
+
+def speed_profile(args: dict, text: str | None) -> dict | None:
+    """DFLASH_STANDIN_SPEEDS (JSON) -> {tok_s, accept, noise, slots} for this server's flags, or None."""
+    if not text:
+        return None
+    table = json.loads(text)
+    algo = str(args.get("speculative_algorithm") or "NONE").upper()
+    parts = [algo]
+    if algo == "DDTREE":
+        parts += [str(args.get("speculative_ddtree_budget") or 15), str(args.get("speculative_ddtree_topk") or 8),
+                  str(args.get("speculative_ddtree_mode") or "tree")]
+    backend = args.get("attention_backend")
+    keys = []
+    for n in range(len(parts), 0, -1):
+        base = "/".join(parts[:n])
+        keys += ([f"{base}@{backend}"] if backend else []) + [base]
+    entry = next((table[k] for k in keys if isinstance(table.get(k), dict)), None)
+    if entry is None:
+        return None
+    return {"tok_s": max(1e-3, float(entry.get("tok_s", DEFAULT_TOKENS_PER_S))),
+            "accept": None if entry.get("accept") is None else float(entry["accept"]),
+            "noise": float(entry.get("noise", table.get("noise", 0.03))),
+            "slots": entry.get("slots", table.get("slots"))}
 
 
 # --------------------------------------------------------------------------- server state
@@ -557,6 +594,12 @@ class State:
             except ValueError:
                 factor = 0.6
         self.tokens_per_s = max(1.0, speed * factor)
+        try:
+            self.speed = speed_profile(args, os.environ.get("DFLASH_STANDIN_SPEEDS"))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise SystemExit(f"lab stand-in: DFLASH_STANDIN_SPEEDS is not a JSON object of speeds: {exc}") from exc
+        slots = (self.speed or {}).get("slots")
+        self.slots = threading.BoundedSemaphore(int(slots)) if slots else None
         self.prefixes: list[list[str]] = []  # recent prompts: the stand-in's prefix cache (cached_tokens)
         try:
             self.step_delay = max(0.0, float(os.environ.get("DFLASH_STANDIN_STEP_DELAY") or 0.002)) / factor
@@ -958,16 +1001,32 @@ class Handler(BaseHTTPRequestHandler):
         total = meta["completion_tokens"]
         draft = spec_draft(st.args) if "spec_verify_ct" in meta else 1
         low = st.fault == "low_accept"
-        steps = (spec_steps(draft, total, meta.pop("_material"), low) if "spec_verify_ct" in meta else [0] * total)
+        accept = (st.speed or {}).get("accept")
+        steps = (spec_steps(draft, total, meta.pop("_material"), low, accept) if "spec_verify_ct" in meta
+                 else [0] * total)
         meta.pop("_material", None)
         delay = st.step_delay * (1 + draft / 32.0)
+        per_token = None
+        if st.speed:  # DFLASH_STANDIN_SPEEDS: this request's speed, log-normal noise around the profile's
+            per_token = random.lognormvariate(0.0, st.speed["noise"]) / st.speed["tok_s"]
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("connection", "close")
         self.end_headers()
+        if st.slots:
+            st.slots.acquire()  # a full batch: the request waits, its first token comes later
+        try:
+            self._stream_steps(out, meta, pieces, total, steps, delay, per_token)
+        finally:
+            if st.slots:
+                st.slots.release()
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+
+    def _stream_steps(self, out, meta, pieces, total, steps, delay, per_token) -> None:
         done = 0
         for i, drafts in enumerate(steps):
-            time.sleep(delay)
+            time.sleep(delay if per_token is None else per_token * (drafts + 1))
             done = min(total, done + drafts + 1)
             last = i == len(steps) - 1
             chunk_meta = dict(meta) if last else {k: v for k, v in meta.items() if not k.startswith("spec_")}
@@ -977,8 +1036,6 @@ class Handler(BaseHTTPRequestHandler):
             text = "".join(pieces[:done]) if len(pieces) >= total else out["text"]
             chunk = {"text": text, "output_ids": out["output_ids"][:done], "meta_info": chunk_meta}
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.close_connection = True
 
     def _generate_one(self, body: dict):
         st = self.state
@@ -1017,7 +1074,8 @@ class Handler(BaseHTTPRequestHandler):
             st.decode(prompt_tokens, completion)
         spec = {}
         if st.spec_enabled() and completion > 0:
-            spec = spec_meta(st.args, completion, f"{prompt}|{completion}", low_accept=st.fault == "low_accept")
+            spec = spec_meta(st.args, completion, f"{prompt}|{completion}", low_accept=st.fault == "low_accept",
+                             accept=(st.speed or {}).get("accept"))
             meta.update(spec)
             if body.get("stream"):
                 meta["_material"] = f"{prompt}|{completion}"  # the stream's verify steps (taken out there)
