@@ -278,10 +278,12 @@ def test_apply_when_the_inventory_already_runs_it_or_the_folder_is_not_a_run(tmp
 def test_rules_run_on_the_controller_for_the_version_the_release_runs():
     """dflash_bench_tune_rules reads the release and the target on the host (which has no versions.yml); the
     filter checks the rules on the controller with the deployed instance's sglang version."""
-    import sys
+    import importlib.util
 
-    sys.path.insert(0, str(ROOT / "filter_plugins"))
-    from dflash_bench_tune import dflash_bench_tune_allowed
+    spec = importlib.util.spec_from_file_location("tune_filters", ROOT / "filter_plugins/dflash_bench_tune.py")
+    filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    dflash_bench_tune_allowed = filters.FilterModule().filters()["dflash_bench_tune_allowed"]
 
     inst = {"name": "main", "algorithm": "DFLASH", "model_path": "/m"}
     configs = mx.normalize([{"algorithm": "NONE"}, {"algorithm": "DFLASH", "attention_backend": "triton"}])
