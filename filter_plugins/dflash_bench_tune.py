@@ -17,6 +17,7 @@ from ansible.module_utils.dflash_bench import prompts as _pr
 from ansible.module_utils.dflash_bench import proposal as _prop
 from ansible.module_utils.dflash_bench import results as _res
 from ansible.module_utils.dflash_bench import tune as _tune
+from ansible.module_utils.dflash_bench import tune_rules as _rules
 from ansible.module_utils.dflash_common.jinja import plain as _plain
 
 
@@ -52,6 +53,17 @@ def dflash_bench_tune_matrix(configurations, sweep, backends, env):
     return {"configurations": _tune.with_env(configs, _plain(env) or {}), "sweep": sw}
 
 
+def dflash_bench_tune_allowed(host_facts, host="host"):
+    """{configurations, refused} of dflash_bench_tune_rules' result: each configuration as the inventory's base
+    instance, checked on the controller with the instances stage's rules for the sglang version the deployed
+    release runs (the version's facts are the controller's: versions.yml)."""
+    r = _plain(host_facts) or {}
+    base = r.get("base") or {}
+    allowed, refused = _rules.check_configurations(r.get("configurations") or [], base.get("inventory"),
+                                                   r.get("target") or {}, str(host), base.get("sglang_version"))
+    return {"configurations": allowed, "refused": refused}
+
+
 def dflash_bench_tune_loads(rates, concurrency, requests, cell_seconds):
     return _tune.load_points(_plain(rates) if isinstance(_plain(rates), list) else [], _plain(concurrency),
                              int(requests), int(cell_seconds))
@@ -85,6 +97,7 @@ class FilterModule:
             "dflash_bench_tune_prompts": dflash_bench_tune_prompts,
             "dflash_bench_tune_errors": dflash_bench_tune_errors,
             "dflash_bench_tune_matrix": dflash_bench_tune_matrix,
+            "dflash_bench_tune_allowed": dflash_bench_tune_allowed,
             "dflash_bench_tune_loads": dflash_bench_tune_loads,
             "dflash_bench_tune_servers": dflash_bench_tune_servers,
             "dflash_bench_tune_api_keys": dflash_bench_tune_api_keys,

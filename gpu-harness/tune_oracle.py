@@ -2,8 +2,10 @@
 
   prompts  N prompts of random token ids as a tune prompts file (JSONL, {"input_ids": [...], "max_tokens": M}):
            input_ids, because the oracle knows a request by its token ids
-  oracle   each prompt's greedy continuation from a running server (the deployed instance: its /generate,
-           greedy, ignore_eos, M + 32 tokens, one prompt at a time), written as the oracle file of patch 0101
+  oracle   each prompt's greedy continuation from a running server without speculation (the deployed instance's
+           when it serves, else, with --scan, the dummy pass's NONE server found among tune's ports as soon as it
+           is up: the same target, the same dummy weights (sglang's are seeded), so the same greedy output; its
+           /generate, greedy, ignore_eos, M + 32 tokens, one prompt at a time), written as the oracle file of patch 0101
            (SGLANG_DDTREE_ORACLE: {"reference": [{input_ids, output_ids}], "ranks": [...]}); with ranks
            [0, 1, 0, 0, 0, 0, 0, 0] the target's own next token is the draft's first choice at every depth but
            the second, where it is the second: a linear DFlash draft accepts 1 draft a step, a DDTree that
@@ -20,6 +22,7 @@ import json
 import os
 import random
 import sys
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,6 +45,36 @@ def greedy(base_url, ids, n, timeout=120):
         return json.loads(resp.read())["output_ids"]
 
 
+def server_info(base_url, timeout=2.0):
+    with urllib.request.urlopen(base_url + "/get_server_info", timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def speculative(info) -> str | None:
+    """The server's speculative algorithm (None: no speculation); sglang gives it at the top of /get_server_info,
+    or under server_args."""
+    if "speculative_algorithm" in info:
+        return info["speculative_algorithm"]
+    return (info.get("server_args") or {}).get("speculative_algorithm")
+
+
+def find_plain(ports, wait_s, poll=1.0, clock=time.monotonic, sleep=time.sleep, info=server_info):
+    """The base URL of the first server on 127.0.0.1:<port> that answers /get_server_info without speculation,
+    polling until ``wait_s`` seconds have passed; None when none came."""
+    end = clock() + wait_s
+    while True:
+        for port in ports:
+            url = f"http://127.0.0.1:{port}"
+            try:
+                if speculative(info(url)) is None:
+                    return url
+            except (OSError, ValueError):
+                continue
+        if clock() >= end:
+            return None
+        sleep(poll)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder for prompts.jsonl and oracle.json")
@@ -50,6 +83,9 @@ def main(argv=None):
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--no-oracle", action="store_true", help="the prompts file only")
+    ap.add_argument("--scan", help="LO-HI: take the reference from the first server on these ports without "
+                    "speculation, once one answers (e.g. tune's temporary servers 30100-30199)")
+    ap.add_argument("--wait", type=float, default=0, help="seconds to wait for that server (--scan)")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     ps = prompts(a.prompts, a.input_len, a.max_tokens)
@@ -58,11 +94,22 @@ def main(argv=None):
     print(f"[tune-oracle] {len(ps)} prompts of {a.input_len} ids, {a.max_tokens} new tokens each", flush=True)
     if a.no_oracle:
         return 0
+    if a.scan:
+        lo, hi = (int(x) for x in a.scan.split("-"))
+        t = time.monotonic()
+        a.server = find_plain(range(lo, hi + 1), a.wait)
+        if a.server is None:
+            print(f"[tune-oracle] no server without speculation answered on ports {a.scan} in {a.wait:.0f} s",
+                  flush=True)
+            return 3
+        print(f"[tune-oracle] {a.server} serves without speculation (found in {time.monotonic() - t:.0f} s)",
+              flush=True)
+    t = time.monotonic()
     ref = [{"input_ids": p["input_ids"], "output_ids": greedy(a.server, p["input_ids"], a.max_tokens + 32)}
            for p in ps]
     write_oracle(os.path.join(a.out, "oracle.json"), ref, RANKS_BRANCH)
-    print(f"[tune-oracle] reference from {a.server}: {len(ref)} continuations of {a.max_tokens + 32} tokens; "
-          f"ranks {RANKS_BRANCH}", flush=True)
+    print(f"[tune-oracle] reference from {a.server}: {len(ref)} continuations of {a.max_tokens + 32} tokens in "
+          f"{time.monotonic() - t:.1f} s; ranks {RANKS_BRANCH}", flush=True)
     return 0
 
 

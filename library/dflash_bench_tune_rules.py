@@ -1,21 +1,19 @@
 #!/usr/bin/python
-"""Ansible module: tune.yml's configurations checked against the rules of the instances stage (read-only)."""
+"""Ansible module: what tune.yml's rule check needs of the host - its deployed release and target (read-only)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dflash_bench_tune_rules
-short_description: Which tune configurations the instance rules allow on this host's target (changes nothing)
+short_description: The deployed release's base instance and target for tune's rule check (changes nothing)
 description:
   - Expands tune.yml's configurations and sweep (the bench matrix's checks - every error at once) and picks
-    the base instance of the deployed release (C(<prefix>/current/manifest.json)) as bench.yml does.
-  - Each configuration becomes the base instance of the inventory with that configuration's algorithm,
-    DDTree mode and attention backend, and is checked with the instances stage's own rules over the target's
-    C(config.json) - hybrid (linear-attention) targets, attention backends sglang refuses on an
-    architecture. A configuration they refuse is left out, with the rule's message; deploy.yml would refuse
-    it too.
+    the base instance of the deployed release (C(<prefix>/current/manifest.json)) as bench.yml does, with the
+    sglang version it runs (its manifest entry's, else the release tree's).
+  - Reads the target's C(config.json) on the host. The rules themselves run on the controller (the filter
+    C(dflash_bench_tune_allowed)): they need the sglang version's facts, which only the controller has
+    (files/patches/sglang/versions.yml; module_utils/dflash_common/sglang.py).
   - Says whether the base instance runs dummy weights (C(--load-format dummy) in its flags).
-  - Logic in C(module_utils/dflash_bench/tune_rules.py) and C(module_utils/dflash_instances/model.py).
 options:
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   configurations: {description: Declared configurations., type: list, elements: raw, default: []}
@@ -27,9 +25,10 @@ author: dflash-deploy
 """
 
 RETURN = r"""
-configurations: {description: The configurations the rules allow (normalized)., type: list, returned: success}
-refused: {description: "{configuration: message} of those they refuse.", type: dict, returned: success}
-base: {description: "{name, args, inventory (the instance as the inventory has it)}", type: dict, returned: success}
+configurations: {description: The configurations (normalized)., type: list, returned: success}
+base: {description: "{name, args, inventory (the instance as the inventory has it), sglang_version}", type: dict,
+       returned: success}
+target: {description: The target's facts from its config.json ({} when unreadable)., type: dict, returned: success}
 dummy_weights: {description: Whether the base instance loads dummy weights., type: bool, returned: success}
 """
 
@@ -39,7 +38,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_bench.matrix import MatrixError, normalize
 from ansible.module_utils.dflash_bench.plan import pick_base
-from ansible.module_utils.dflash_bench.tune_rules import check_configurations, load_format
+from ansible.module_utils.dflash_bench.tune_rules import load_format
 from ansible.module_utils.dflash_instances.model import target_facts
 
 
@@ -77,10 +76,10 @@ def main():
                 facts = target_facts(fh.read())
         except OSError:
             facts = {}
-    allowed, refused = check_configurations(configs, inv, facts, host)
     args = [str(a) for a in base.get("args") or []]
-    module.exit_json(changed=False, configurations=allowed, refused=refused,
-                     base={"name": base_name, "args": args, "inventory": inv},
+    version = base.get("sglang_version") or (manifest.get("tree") or {}).get("sglang_version")
+    module.exit_json(changed=False, configurations=configs,
+                     base={"name": base_name, "args": args, "inventory": inv, "sglang_version": version},
                      dummy_weights=load_format(args, inv) == "dummy", target=facts)
 
 

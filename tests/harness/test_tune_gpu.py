@@ -36,6 +36,7 @@ MEM = VARS["tune_gpu_memory"]
 H200 = (143771, 55788)
 H100 = (81559, 81559 - 81559 // 2 - 14865)
 H200_EMPTY = (143771, 143000)  # nothing deployed
+H100_EMPTY = (81559, 80000)  # the deployed instance stopped (as gpu-harness/upgrade.sh and ddtree_0517.sh leave it)
 LAB_HYBRID = dm.target_facts((ROOT / "lab/models/Qwen3.6-27B/config.json").read_text())
 
 
@@ -65,7 +66,7 @@ def test_each_pass_is_planned_as_one_wave_from_the_deployed_flags_and_sized_for_
                  "gpus": VARS["dflash_bench_gpus"], "allow_busy_gpus": VARS["dflash_bench_allow_busy_gpus"],
                  "extra_args": extra, "start_timeout": VARS["dflash_bench_start_timeout"], "cell_timeout": 40,
                  "base_instance": VARS["dflash_bench_base_instance"]})
-    assert len(p["waves"]) == 1 and len(p["waves"][0]) == 3 and p["base"]["name"] == "h200-ddtree"
+    assert len(p["waves"]) == 1 and len(p["waves"][0]) == len(cfgs) and p["base"]["name"] == "h200-ddtree"
     for c in p["configurations"]:
         a = c["args"]
         # every server from the deployed instance's flags (the hybrid's extra_buffer, dummy weights, triton) and
@@ -80,10 +81,12 @@ def test_each_pass_is_planned_as_one_wave_from_the_deployed_flags_and_sized_for_
     assert tr.check_configurations(cfgs, {"name": "h200-ddtree", "model_path": "/m"}, LAB_HYBRID)[1] == {}
 
 
-def test_the_h200_keeps_8_requests_a_server_and_the_h100_steps_down_to_4():
-    for name in ("dummy", "oracle"):
+def test_the_h200_keeps_8_requests_a_server_and_the_h100_steps_down_to_4_beside_the_deployed_instance():
+    # the dummy pass's 3 servers beside the deployed instance on an H100: 4 requests each; the oracle pass's 2 and
+    # either pass on a GPU the deployed instance left free: 8
+    for name, h100 in (("dummy", 4), ("oracle", 8)):
         servers = T.servers_of(VARS["tune_gpu_passes"][name], MEM["model"], MEM["draft_block"])
-        for gpu, requests in ((H200, 8), (H100, 4)):
+        for gpu, requests in ((H200, 8), (H100, h100), (H100_EMPTY, 8), (H200_EMPTY, 8)):
             _, plan, needed = sized(name, gpu)
             assert plan.requests == requests, (name, gpu)
             for s in servers:  # each static pool holds what its server needs at that many requests
@@ -92,7 +95,8 @@ def test_the_h200_keeps_8_requests_a_server_and_the_h100_steps_down_to_4():
             assert needed <= G.FRACTION_CAP
     # DDTREE b15 verifies 16 tokens, b7 8, DFLASH its 16-token block; no speculation keeps no verify state
     got = {s["name"]: s["verify_tokens"] for s in T.servers_of(VARS["tune_gpu_passes"]["oracle"], "hybrid")}
-    assert got == {"0:dflash": 16, "1:ddtree-15-8": 16, "2:ddtree-7-4": 8}
+    assert got == {"0:dflash": 16, "1:ddtree-15-8": 16}
+    assert T.servers_of([{"algorithm": "DDTREE", "budget": 7, "topk": 4}], "hybrid")[0]["verify_tokens"] == 8
     assert T.servers_of([{"algorithm": "NONE"}], "hybrid")[0] == {"name": "0:none", "model": "hybrid", "args": [],
                                                                  "verify_tokens": 0}
 
@@ -121,8 +125,8 @@ def test_too_many_servers_starting_at_once_are_refused_even_when_their_pools_fit
 
 def test_main_writes_the_pass_extra_vars(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(G.GPU_ENV, ",".join(str(x) for x in H100))
-    out = tmp_path / "memory-oracle.json"
-    assert T.main(["oracle", "--out", str(out)]) == 0
+    out = tmp_path / "memory-dummy.json"
+    assert T.main(["dummy", "--out", str(out)]) == 0
     got = json.loads(out.read_text())["dflash_bench_extra_args"]
     assert got[0] == "--disable-piecewise-cuda-graph"
     assert arg_value(got, "--max-running-requests") == "4" and arg_value(got, "--max-total-tokens") == "8192"
@@ -138,3 +142,69 @@ def test_the_oracle_prompts_are_a_tune_prompts_file():
     text = "\n".join(json.dumps(x) for x in tune_oracle.prompts(8, 64, 32))
     got = pr.parse_jsonl(text, "prompts.jsonl")
     assert got["used"] == 8 and all(len(x["payload"]["input_ids"]) == 64 for x in got["prompts"])
+
+
+def test_the_oracle_reference_comes_from_the_first_server_without_speculation_once_it_answers():
+    # sglang's /get_server_info: speculative_algorithm at the top (0.5.11) or under server_args
+    assert tune_oracle.speculative({"speculative_algorithm": None}) is None
+    assert tune_oracle.speculative({"server_args": {"speculative_algorithm": "DDTREE"}}) == "DDTREE"
+    t = [0.0]
+    up = {30100: {"speculative_algorithm": "DFLASH"}}
+
+    def info(url, timeout=2.0):
+        port = int(url.rsplit(":", 1)[1])
+        if port not in up:
+            raise ConnectionRefusedError(port)
+        return up[port]
+
+    def sleep(s):  # the NONE server comes up on the third poll
+        t[0] += s
+        if t[0] >= 2:
+            up[30102] = {"speculative_algorithm": None}
+
+    got = tune_oracle.find_plain(range(30100, 30104), 10, clock=lambda: t[0], sleep=sleep, info=info)
+    assert got == "http://127.0.0.1:30102" and t[0] == 2
+    t[0] = 0.0
+    assert tune_oracle.find_plain([30100], 3, clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s),
+                                  info=info) is None
+
+
+def test_the_summary_judges_each_pass_against_what_the_issue_expects(tmp_path):
+    import tune_summary as S
+
+    def entry(name, algo, mean, low, high):
+        return {"name": name, "algorithm": algo, "load": {"kind": "rate", "value": 4.0},
+                "ci": {"n": 3, "mean": mean, "low": low, "high": high}}
+
+    runs = {"tune-dummy": {"verdict": "speculation_does_not_pay", "text": "speculation does not pay here",
+                           "best": entry("none", "NONE", 5.0, 4.8, 5.2),
+                           "runner_up": entry("dflash", "DFLASH", 2.0, 1.9, 2.1), "ranking": ["none", "dflash"]},
+            "tune-oracle": {"verdict": "no_winner", "text": "no winner",
+                            "best": entry("ddtree-b15-k8", "DDTREE", 5.0, 3.0, 7.0),
+                            "runner_up": entry("dflash", "DFLASH", 4.0, 3.5, 4.5), "ranking": []}}
+    steps = []
+    for run, choice in runs.items():
+        d = tmp_path / "runs" / run
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps({"choice": choice, "dummy": True, "tables": [
+            {"id": "accept", "title": "Accepted tokens per step", "columns": ["configuration", "mean"],
+             "rows": [["dflash", "1.00"]]}]}))
+        (d / "run.json").write_text(json.dumps({"release": {"id": "r7"}}))
+        (d / "rounds.jsonl").write_text('{"round": 1}\n{"round": 2, "reason": "budget"}\n')
+        steps.append({"pass": run[5:], "run": run, "rc": 0, "seconds": 170, "limit_s": 182, "budget_s": 122,
+                      "sglang": "0.5.17", "skipped": None})
+    steps.append({"pass": "extra", "run": "", "rc": None, "skipped": "no oracle reference"})
+    meta = {"meta": {"reference": "the dummy pass's NONE server", "gpu": "NVIDIA H100 80GB HBM3", "sglang": "0.5.17"}}
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in [meta] + steps))
+    assert S.main([str(tmp_path), str(tmp_path)]) == 0
+    got = json.loads((tmp_path / "summary.json").read_text())["passes"]
+    assert [p["met"] for p in got] == [True, False, None]
+    assert got[0]["rounds"] == 2 and got[0]["stop"] == "budget" and got[0]["release"] == "r7"
+    md = (tmp_path / "summary.md").read_text()
+    assert "## Pass dummy" in md and "**MET**" in md and "**NOT MET**" in md and "Skipped: no oracle reference" in md
+    assert "Oracle reference: the dummy pass's NONE server. GPU NVIDIA H100 80GB HBM3" in md
+    assert "none at rate=4.0: 5 [4.8, 5.2] (n=3)" in md and "| dflash | 1.00 |" in md
+    # no speculation in the oracle pass as well: the choice among the speculative configurations decides
+    both = {"verdict": "winner", "best": {"algorithm": "NONE"},
+            "speculative": {"verdict": "winner", "best": {"algorithm": "DDTREE"}}}
+    assert S.expectation("oracle", both)["met"] is True

@@ -273,3 +273,57 @@ def test_apply_when_the_inventory_already_runs_it_or_the_folder_is_not_a_run(tmp
     missing = prop.apply_plan(str(tmp_path / "nope"), "ct200", current, None)
     assert len(missing["errors"]) == 1 and "not a finished tune run" in missing["errors"][0]
     assert "-e tune_run=reports/tune/<run>" in missing["errors"][0]
+
+
+def test_rules_run_on_the_controller_for_the_version_the_release_runs():
+    """dflash_bench_tune_rules reads the release and the target on the host (which has no versions.yml); the
+    filter checks the rules on the controller with the deployed instance's sglang version."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tune_filters", ROOT / "filter_plugins/dflash_bench_tune.py")
+    filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    dflash_bench_tune_allowed = filters.FilterModule().filters()["dflash_bench_tune_allowed"]
+
+    inst = {"name": "main", "algorithm": "DFLASH", "model_path": "/m"}
+    configs = mx.normalize([{"algorithm": "NONE"}, {"algorithm": "DFLASH", "attention_backend": "triton"}])
+    for version in ("0.5.11", "0.5.17"):
+        host = {"configurations": configs, "target": NEMOTRON_H, "dummy_weights": False,
+                "base": {"name": "main", "args": [], "inventory": inst, "sglang_version": version}}
+        out = dflash_bench_tune_allowed(host, "ct200")
+        assert [c["name"] for c in out["configurations"]] == ["none"]
+        assert f"sglang {version} refuses it on NemotronHForCausalLM" in out["refused"]["dflash-triton"]
+
+
+def test_the_host_module_reads_the_release_and_target_without_the_versions_facts(tmp_path, monkeypatch, capsys):
+    """What runs on the host (dflash_bench_tune_rules) reads the manifest and the target's config.json and says the
+    version the base instance runs; it never needs PyYAML or versions.yml (a lab or GPU host has neither)."""
+    import importlib.util
+    import sys
+
+    from ansible.module_utils import basic
+    from ansible.module_utils.dflash_common import sglang
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((ROOT / "lab/models/Qwen3.6-27B/config.json").read_text())
+    (tmp_path / "current").mkdir()
+    (tmp_path / "current/manifest.json").write_text(json.dumps({"id": "r1", "tree": {"sglang_version": "0.5.11"},
+        "instances": {"main": {"args": ["--speculative-algorithm", "DDTREE", "--load-format", "dummy"],
+                               "sglang_version": "0.5.17"}}}))
+    args = {"prefix": str(tmp_path), "configurations": [{"algorithm": "NONE"}, {"algorithm": "DFLASH"}],
+            "instances": [{"name": "main", "algorithm": "DDTREE", "model_path": str(model)}], "host": "ct200"}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml raises ImportError, as on a host
+    monkeypatch.setattr(sglang, "_CACHE", {})
+    spec = importlib.util.spec_from_file_location("tune_rules_module", ROOT / "library/dflash_bench_tune_rules.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit) as exc:
+        mod.main()
+    out = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 0, out
+    assert out["base"]["sglang_version"] == "0.5.17" and out["dummy_weights"] is True
+    assert [c["name"] for c in out["configurations"]] == ["none", "dflash"]
+    assert out["target"] == LAB_HYBRID
