@@ -20,13 +20,18 @@ _FIELDS = ("name", "algorithm", "model_path", "draft_model_path", "model_source"
 
 
 def dflash_models_sources(instances):
-    """The instances reduced to the fields the models stage reads (no api_key, no env)."""
-    return [{k: _plain(i[k]) for k in _FIELDS if k in i} for i in _plain(instances or []) if isinstance(i, dict)]
+    """The instances reduced to the fields the models stage reads (no api_key, no env: those are never read
+    here, so a key from a vault that is not loaded yet does not stop this stage; the validation names it)."""
+    out = []
+    for item in instances or []:
+        if hasattr(item, "keys"):
+            out.append({k: _plain(item[k]) for k in _FIELDS if k in item})
+    return out
 
 
 def dflash_models_fetched(instances):
     """Whether any instance names a source to fetch."""
-    return bool(_sources.fetched_sources(_plain(instances or [])))
+    return bool(_sources.fetched_sources(dflash_models_sources(instances)))
 
 
 def dflash_models_stored(instances, stored):

@@ -114,5 +114,5 @@ def test_unresolvable_ssh_host_fails_in_words_with_a_failing_recap(tmp_path):
     assert "gpu-nowhere.invalid: the host does not answer (ssh to gpu-nowhere.invalid)" in out
     assert "Could not resolve hostname gpu-nowhere.invalid" in out
     recap = out.split("PLAY RECAP", 1)[1]
-    assert "failed=1" in recap and "ok=1" in recap, recap
+    assert "failed=1" in recap and "unreachable=0" in recap, recap
     assert "lost the host" not in out
