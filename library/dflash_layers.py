@@ -34,6 +34,9 @@ options:
   cache_dir: {description: UV_CACHE_DIR for builds (a warm cache makes rebuilds fast)., type: path}
   compile_bytecode: {description: Compile .pyc at build time., type: bool, default: true}
   build_timeout: {description: Seconds allowed for one uv command., type: int, default: 3600}
+  progress_file: {description: "ensure: a file on the host kept current with what the build does (step,
+                  distributions installed, bytes written), read by the action plugin's progress lines; removed
+                  at the end.", type: path}
 author: dflash-deploy
 """
 
@@ -87,6 +90,7 @@ def main():
             "cache_dir": {"type": "path"},
             "compile_bytecode": {"type": "bool", "default": True},
             "build_timeout": {"type": "int", "default": 3600},
+            "progress_file": {"type": "path"},
         },
         required_if=[("action", "ensure", ["uv"])],
         supports_check_mode=True,
@@ -131,11 +135,15 @@ def main():
         module.exit_json(changed=False, interpreters=interpreters, distributions=distributions, layers=[], **facts)
 
     builder = LayerBuilder(p["prefix"], p["uv"], check_mode=module.check_mode, cache_dir=p["cache_dir"],
-                           compile_bytecode=p["compile_bytecode"], build_timeout=p["build_timeout"])
+                           compile_bytecode=p["compile_bytecode"], build_timeout=p["build_timeout"],
+                           progress_file=None if module.check_mode else p["progress_file"])
     try:
         items, changed, stale = builder.ensure(p["layers"], p["wheel_locks"], p["wheelhouse"])
     except LayerError as exc:
         module.fail_json(msg=str(exc), commands=builder.log)
+    finally:
+        if p["progress_file"] and os.path.exists(p["progress_file"]):
+            os.unlink(p["progress_file"])
     built = {i["name"]: {k: i.get(k) for k in ("installed", "from_parent", "bytes", "build_seconds")}
              for i in items if i.get("changed")}
     module.exit_json(changed=changed, layers=layers_fact(items), removed_tmp=stale, commands=builder.log,
