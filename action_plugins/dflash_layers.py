@@ -9,7 +9,6 @@ mode, an async task of the user's and ``progress_interval: 0`` run the module on
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 
@@ -26,48 +25,6 @@ if _MODULE_UTILS not in ansible.module_utils.__path__:
 from ansible.module_utils.dflash_common import progress
 
 display = Display()
-
-
-def run_with_host_progress(action, module_name, args, task_vars, progress_file, interval, limit, what):
-    """Run ``module_name`` async on the host, printing its progress record every ``interval`` seconds; -> its
-    result. ``action``: the ActionBase running the task (connection, become, tmp handling)."""
-    host = (task_vars or {}).get("inventory_hostname", "")
-    task = action._task
-    saved = task.async_val
-    task.async_val = int(limit)
-    try:
-        started = action._execute_module(module_name=module_name, module_args=dict(args, progress_file=progress_file),
-                                         task_vars=task_vars, wrap_async=True)
-    finally:
-        task.async_val = saved
-    if started.get("failed") or "ansible_job_id" not in started:
-        return started
-    jid = started["ansible_job_id"]
-    async_dir = action._remote_expand_user(action.get_shell_option("async_dir", default="~/.ansible_async"))
-
-    def status(_handle):
-        res = action._execute_module(module_name="ansible.legacy.async_status",
-                                     module_args={"jid": jid, "_async_dir": async_dir}, task_vars=task_vars)
-        return bool(res.get("finished")) or bool(res.get("failed") and not res.get("started")), res
-
-    def read(_handle):
-        out = action._low_level_execute_command(f"cat {progress_file} 2>/dev/null", sudoable=True)
-        try:
-            return json.loads(out.get("stdout") or "")
-        except ValueError:
-            return None  # not written yet, or between two layers: no line this time
-
-    try:
-        res = progress.poll(lambda: jid, status, read, lambda text: display.display(f"{host}: {text}"), interval,
-                            limit=limit + 60)
-    except TimeoutError as exc:
-        return {"failed": True, "msg": f"{host}: {what}: {exc}"}
-    action._execute_module(module_name="ansible.legacy.async_status",
-                           module_args={"jid": jid, "mode": "cleanup", "_async_dir": async_dir}, task_vars=task_vars)
-    for key in ("ansible_job_id", "results_file", "started", "finished", "stdout", "stderr", "stdout_lines",
-                "stderr_lines", "erased"):
-        res.pop(key, None)
-    return res
 
 
 class ActionModule(ActionBase):
@@ -92,6 +49,7 @@ class ActionModule(ActionBase):
         layers = args.get("layers") or []
         limit = int(args.get("build_timeout") or 3600) * max(1, len(layers)) * 2 + 300
         progress_file = os.path.join(str(args["prefix"]), "layers", f".progress-{secrets.token_hex(6)}.json")
-        out = run_with_host_progress(self, "dflash_layers", args, task_vars, progress_file, interval, limit,
-                                     "venv layers")
+        host = (task_vars or {}).get("inventory_hostname", "")
+        out = progress.run_module_with_progress(self, "dflash_layers", args, task_vars, progress_file, interval,
+                                                limit, "venv layers", lambda text: display.display(f"{host}: {text}"))
         return merge_hash(result, out)

@@ -201,3 +201,45 @@ def run_with_progress(fn, measure, what, say, interval, clock=time.time):
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+def run_module_with_progress(action, module_name, args, task_vars, progress_file, interval, limit, what, say):
+    """Run ``module_name`` on the host with Ansible's async wrapper and ``say`` a line of the progress record it
+    keeps in ``progress_file`` every ``interval`` seconds until it ends; -> the module's result. ``action``: the
+    action plugin running the task (its connection, become and temporary files; this module imports nothing of
+    Ansible itself)."""
+    task = action._task
+    saved = task.async_val
+    task.async_val = int(limit)
+    try:
+        started = action._execute_module(module_name=module_name, module_args=dict(args, progress_file=progress_file),
+                                         task_vars=task_vars, wrap_async=True)
+    finally:
+        task.async_val = saved
+    if started.get("failed") or "ansible_job_id" not in started:
+        return started
+    jid = started["ansible_job_id"]
+    async_dir = action._remote_expand_user(action.get_shell_option("async_dir", default="~/.ansible_async"))
+
+    def status(_handle):
+        res = action._execute_module(module_name="ansible.legacy.async_status",
+                                     module_args={"jid": jid, "_async_dir": async_dir}, task_vars=task_vars)
+        return bool(res.get("finished")) or bool(res.get("failed") and not res.get("started")), res
+
+    def read(_handle):
+        out = action._low_level_execute_command(f"cat {progress_file} 2>/dev/null", sudoable=True)
+        try:
+            return json.loads(out.get("stdout") or "")
+        except ValueError:
+            return None  # not written yet, or between two layers: no line this time
+
+    try:
+        res = poll(lambda: jid, status, read, say, interval, limit=limit + 60)
+    except TimeoutError as exc:
+        return {"failed": True, "msg": f"{what}: {exc}"}
+    action._execute_module(module_name="ansible.legacy.async_status",
+                           module_args={"jid": jid, "mode": "cleanup", "_async_dir": async_dir}, task_vars=task_vars)
+    for key in ("ansible_job_id", "results_file", "started", "finished", "stdout", "stderr", "stdout_lines",
+                "stderr_lines", "erased"):
+        res.pop(key, None)
+    return res
