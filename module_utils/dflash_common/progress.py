@@ -57,7 +57,8 @@ def line(record: dict, now: float | None = None) -> str:
             how_far = f"{int(done)} of {int(total)} {unit} ({pct:.0f}%)".replace("  ", " ")
     else:
         how_far = amount(done, unit)
-    started = record.get("started") or now
+    started = record.get("started")
+    started = now if started is None else started
     text = f"{what}: {how_far}, {human_seconds(now - started)} so far"
     if record.get("note"):
         text += f" ({record['note']})"
