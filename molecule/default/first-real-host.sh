@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README.md's "Your first real host", step by step, against a lab container treated as a real host:
-#   molecule/default/first-real-host.sh CONTAINER      (molecule/default/verify.d/first-real-host.yml runs it
+#   molecule/default/first-real-host.sh CONTAINER      (molecule/default/verify.d/zz-first-real-host.yml runs it
 #                                                       on ct129's container after the scenario's converge)
 # 1. inventory: a copy of inventory/production; as shipped, preflight refuses every placeholder in words;
 #    then filled in for the container: the host, the login user, the instance (GPU 1, port 30001: GPU 0 and
