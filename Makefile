@@ -20,11 +20,11 @@ LIMIT ?= ct200
 LAB_INVENTORY := -i inventory/lab $(if $(LAB_PREFIX),-i lab/.inv/$(patsubst %-,%,$(LAB_PREFIX)).yml)
 SCENARIOS ?=
 
-.PHONY: help deps controller promtool lab-image lab-up lab-down deploy-lab lint unit molecule test
+.PHONY: help deps controller controller-deploy promtool lab-image lab-up lab-down deploy-lab lint unit molecule test
 
 help:
 	@sed -n '1,6p' Makefile | sed 's/^# \{0,1\}//'
-	@echo "targets: deps controller lab-image lab-up lab-down deploy-lab lint unit molecule test promtool"
+	@echo "targets: deps controller controller-deploy lab-image lab-up lab-down deploy-lab lint unit molecule test promtool"
 
 deps: ## apt packages the lab needs (podman, runc, debootstrap), only when missing
 	@missing=""; for t in podman runc debootstrap curl; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
@@ -32,8 +32,11 @@ deps: ## apt packages the lab needs (podman, runc, debootstrap), only when missi
 	  echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
 	fi
 
-controller: ## .venv from uv.lock + containers.podman from the pinned ansible wheel
+controller: ## development install: .venv from uv.lock with the dev group + containers.podman from the pinned ansible wheel
 	@scripts/controller.sh
+
+controller-deploy: ## deploy-only install: .venv from uv.lock without the dev group (no test tooling, torch, triton)
+	@scripts/controller.sh deploy
 
 promtool: ## promtool for the alert rules' tests: on PATH, else Debian's prometheus package unpacked into .cache/ (only when missing)
 	@scripts/promtool.sh >/dev/null

@@ -31,6 +31,11 @@ CONNECTION_RE = re.compile(r"no container with name[^\n]*|can only create exec s
                            r"|exited with result \d+|Killed|Broken pipe", re.IGNORECASE)
 
 
+# a play's own worded failure may quote what the connection said: it is never a host lost mid-task
+FAIL_ACTIONS = frozenset({"fail", "ansible.builtin.fail", "ansible.legacy.fail", "assert", "ansible.builtin.assert",
+                          "ansible.legacy.assert"})
+
+
 def lost_reason(result: dict) -> str | None:
     """What the connection said when a host went away, or None when the result is an ordinary failure."""
     text = " ".join(str(result.get(k) or "") for k in ("msg", "module_stderr", "module_stdout", "stderr"))
@@ -63,6 +68,8 @@ class CallbackModule(CallbackBase):
         res = result._result if isinstance(result._result, dict) else {}
         if result._task.ignore_unreachable or res.get("_ansible_ignore_errors") or result._task.ignore_errors:
             return
+        if result._task.action in FAIL_ACTIONS:
+            return  # a failure the play words itself (deploy.yml: "the host does not answer"), quoting ssh
         reason = lost_reason(res)
         if reason:
             self._display.error(message(result._host.get_name(), result._task.get_name(), reason), wrap_text=False)

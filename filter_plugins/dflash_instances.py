@@ -183,6 +183,38 @@ def dflash_instances_unresolved(instances, host):
     return errors
 
 
+def dflash_inventory_placeholders(hostvars, host, group_hosts=None, names=()):
+    """'fill in ...' for each value of the example inventory (inventory/production) left as it was shipped: the
+    host's placeholder name, the router/Prometheus hosts' (``group_hosts``), every 'fill in: <what>' string in
+    the variables ``names``. A value that cannot be resolved yet (a vault not loaded) is left to the validation,
+    which names it."""
+    values = {}
+    for name in names or ():
+        try:
+            raw = hostvars.get(name)
+            if raw is None:
+                continue
+            if isinstance(raw, (list, tuple)):  # read item by item: one unresolved field must not hide the rest
+                items = []
+                for item in raw:
+                    if hasattr(item, "keys"):
+                        kept = {}
+                        for key in list(item.keys()):
+                            try:
+                                kept[str(key)] = _plain(item[key])
+                            except Exception:  # noqa: BLE001, S112 - unresolved: the validation names it
+                                continue
+                        items.append(kept)
+                    else:
+                        items.append(_plain(item))
+                values[name] = items
+            else:
+                values[name] = _plain(raw)
+        except Exception:  # noqa: BLE001, S112 - unresolved: the validation names it
+            continue
+    return _inv.placeholder_errors(str(host), values, _plain(group_hosts or {}))
+
+
 def dflash_instances_unit_files(instances, staged_dir, unit_dir):
     """[{instance, src, dest}] of the rendered units the release stage's activation puts live."""
     return _di_host.unit_files(_plain(instances), str(staged_dir), str(unit_dir))
@@ -210,6 +242,7 @@ class FilterModule:
             "dflash_instances_report": dflash_instances_report,
             "dflash_instances_unit_files": dflash_instances_unit_files,
             "dflash_instances_unresolved": dflash_instances_unresolved,
+            "dflash_inventory_placeholders": dflash_inventory_placeholders,
             "dflash_instances_public": dflash_instances_public,
             "dflash_instances_secrets": dflash_instances_secrets,
             "dflash_sglang_versions": dflash_sglang_versions,

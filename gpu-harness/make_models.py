@@ -385,7 +385,10 @@ def lab_configs():
     draft = dict(COMMON, architectures=["DFlashDraftModel"], num_hidden_layers=5, hidden_size=5120,
                  intermediate_size=25600, num_attention_heads=64, max_position_embeddings=262144,
                  tie_word_embeddings=False, block_size=16, num_target_layers=64,
-                 dflash_config={"target_layer_ids": [1, 16, 31, 46, 61], "mask_token_id": SPECIAL["<|mask|>"],
+                 # the target's vocabulary (a draft shares its target's tokenizer; the models stage checks the
+                 # pair: module_utils/dflash_models/pair.py); its mask token as in the Qwen3.5-family drafts
+                 vocab_size=248320, bos_token_id=248044, eos_token_id=248044,
+                 dflash_config={"target_layer_ids": [1, 16, 31, 46, 61], "mask_token_id": 248077,
                                 "block_size": 16})  # fmt: skip
     for c in (hybrid, dense, draft):
         c["_dflash_lab"] = LAB_NOTE

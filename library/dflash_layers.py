@@ -34,6 +34,9 @@ options:
   cache_dir: {description: UV_CACHE_DIR for builds (a warm cache makes rebuilds fast)., type: path}
   compile_bytecode: {description: Compile .pyc at build time., type: bool, default: true}
   build_timeout: {description: Seconds allowed for one uv command., type: int, default: 3600}
+  progress_file: {description: "ensure: a file on the host kept current with what the build does (step,
+                  distributions installed, bytes written), read by the action plugin's progress lines; removed
+                  at the end.", type: path}
 author: dflash-deploy
 """
 
@@ -43,13 +46,20 @@ layers: {description: "The dflash_layers fact: [{name, path, hash, parent, pytho
 interpreters: {description: Per layer, the interpreter facts (action=inspect)., returned: inspect, type: dict}
 distributions: {description: "Per existing layer, what it provides: [{name, key, version, requires, ...}]
                 (action=inspect).", returned: inspect, type: dict}
+disk: {description: "Free space where the prefix is (action=inspect): {path, mount, free_mib, total_mib}.",
+       returned: inspect, type: dict}
+existing_names: {description: "Layer names with a directory under <prefix>/layers (action=inspect).",
+                 returned: inspect, type: list}
 built: {description: "Per layer built now: {installed, from_parent, bytes, build_seconds}.", returned: ensure, type: dict}
 missing: {description: Wheel filenames to push (action=missing_wheels)., returned: missing_wheels, type: list}
 removed: {description: Layer directories removed (action=prune)., returned: prune, type: list}
 removed_tmp: {description: Leftover .tmp build directories removed., returned: ensure, type: list}
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_common.disk import free_space
 from ansible.module_utils.dflash_layers.build import (
     LayerBuilder,
     LayerError,
@@ -80,6 +90,7 @@ def main():
             "cache_dir": {"type": "path"},
             "compile_bytecode": {"type": "bool", "default": True},
             "build_timeout": {"type": "int", "default": 3600},
+            "progress_file": {"type": "path"},
         },
         required_if=[("action", "ensure", ["uv"])],
         supports_check_mode=True,
@@ -115,16 +126,24 @@ def main():
                 problems.append(f"layer {spec['name']}: python: {python} is Python {interp['version']} but its parent "
                                 f"{spec['parent']} runs Python {parent['version']}: a layer must use its parent's "
                                 "Python version (leave python out to inherit it)")
+        layers_dir = os.path.join(p["prefix"], "layers")
+        existing = sorted({d.rsplit("-", 1)[0] for d in (os.listdir(layers_dir) if os.path.isdir(layers_dir) else [])
+                           if not d.startswith(".")})
+        facts = {"disk": free_space(p["prefix"]), "existing_names": existing}
         if problems:
-            module.fail_json(msg="; ".join(problems), errors=problems)
-        module.exit_json(changed=False, interpreters=interpreters, distributions=distributions, layers=[])
+            module.fail_json(msg="; ".join(problems), errors=problems, **facts)
+        module.exit_json(changed=False, interpreters=interpreters, distributions=distributions, layers=[], **facts)
 
     builder = LayerBuilder(p["prefix"], p["uv"], check_mode=module.check_mode, cache_dir=p["cache_dir"],
-                           compile_bytecode=p["compile_bytecode"], build_timeout=p["build_timeout"])
+                           compile_bytecode=p["compile_bytecode"], build_timeout=p["build_timeout"],
+                           progress_file=None if module.check_mode else p["progress_file"])
     try:
         items, changed, stale = builder.ensure(p["layers"], p["wheel_locks"], p["wheelhouse"])
     except LayerError as exc:
         module.fail_json(msg=str(exc), commands=builder.log)
+    finally:
+        if p["progress_file"] and os.path.exists(p["progress_file"]):
+            os.unlink(p["progress_file"])
     built = {i["name"]: {k: i.get(k) for k in ("installed", "from_parent", "bytes", "build_seconds")}
              for i in items if i.get("changed")}
     module.exit_json(changed=changed, layers=layers_fact(items), removed_tmp=stale, commands=builder.log,

@@ -38,6 +38,8 @@ options:
   hash: {type: str, description: Tree hash from plan/pack (status, build).}
   manifests: {type: list, elements: dict, default: [], description: "prune: the kept releases' manifests (tree_path)."}
   protect: {type: list, elements: str, default: [], description: "prune: tree paths always kept (this run's tree)."}
+  progress_file: {type: path, description: "build: a file on the host kept current with the step and the bytes
+                  written (action_plugins/dflash_tree.py prints it); removed at the end."}
 """
 
 RETURN = r"""
@@ -53,6 +55,7 @@ removed: {description: Tree directories removed, returned: prune, type: list}
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_common import progress
 from ansible.module_utils.dflash_tree.common import TreeError
 from ansible.module_utils.dflash_tree.disk import (
     close_plan,
@@ -90,6 +93,7 @@ def main():
             "src_archive": {"type": "path"},
             "content_sha256": {"type": "str"},
             "src_label": {"type": "str"},
+            "progress_file": {"type": "path"},
             "trees_dir": {"type": "path"},
             "name": {"type": "str"},
             "hash": {"type": "str"},
@@ -155,22 +159,35 @@ def main():
         valid, reason = verify_tree(tree_dir, p["hash"])
         if module.check_mode and not valid:
             module.exit_json(changed=True, reason=f"would build: {reason}", path=tree_dir)
-        if p["src_archive"]:
-            plan = plan_src_archive(p["src_archive"], p["content_sha256"], p["src_label"])
-        else:
-            if not p["wheel"] or not p["wheel_sha256"] or p["patches"] is None:
-                module.fail_json(msg="build needs wheel, wheel_sha256 and patches (or src_archive)")
-            plan = plan_wheel(p["wheel"], p["wheel_sha256"], _patches_from_args(p["patches"]))
-        try:
-            m = plan["manifest"]
-            if m["name"] != p["name"] or m["hash"] != p["hash"]:
-                module.fail_json(
-                    msg=f"the host computes tree {m['name']} ({m['hash']}) but the controller planned "
-                    f"{p['name']} ({p['hash']}): the wheel or the patches differ between them"
-                )
-            result = ensure_tree(plan, p["trees_dir"], check_mode=module.check_mode)
-        finally:
-            close_plan(plan)
+        if not p["src_archive"] and (not p["wheel"] or not p["wheel_sha256"] or p["patches"] is None):
+            module.fail_json(msg="build needs wheel, wheel_sha256 and patches (or src_archive)")
+
+        def measure():  # the tree's temporary sibling as it is written (action_plugins/dflash_tree.py reads it)
+            written = sum(progress.tree_usage(os.path.join(p["trees_dir"], d))[0]
+                          for d in (os.listdir(p["trees_dir"]) if os.path.isdir(p["trees_dir"]) else [])
+                          if d.startswith("."))
+            return {"done": written, "unit": "bytes", "note": "written in a temporary sibling"}
+
+        sink = progress.file_sink(None if module.check_mode else p["progress_file"])
+        with progress.Ticker(f"sglang tree {p['name']}: reading the wheel, applying the patch series", sink,
+                             measure) as ticker:
+            if p["src_archive"]:
+                plan = plan_src_archive(p["src_archive"], p["content_sha256"], p["src_label"])
+            else:
+                plan = plan_wheel(p["wheel"], p["wheel_sha256"], _patches_from_args(p["patches"]))
+            try:
+                m = plan["manifest"]
+                if m["name"] != p["name"] or m["hash"] != p["hash"]:
+                    module.fail_json(
+                        msg=f"the host computes tree {m['name']} ({m['hash']}) but the controller planned "
+                        f"{p['name']} ({p['hash']}): the wheel or the patches differ between them"
+                    )
+                ticker.set(what=f"sglang tree {p['name']}: writing and checking the files")
+                result = ensure_tree(plan, p["trees_dir"], check_mode=module.check_mode)
+            finally:
+                close_plan(plan)
+        if p["progress_file"] and os.path.exists(p["progress_file"]):
+            os.unlink(p["progress_file"])
         module.exit_json(
             changed=result["changed"],
             reason=result["reason"],

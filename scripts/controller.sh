@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Controller environment from committed files: .venv from uv.lock (uv sync --frozen) and the
-# collections (scripts/install-collections.sh). Installs uv with pip (pinned) when missing.
+# Controller environment from committed files, in one of two profiles:
+#   scripts/controller.sh           development (`make controller`): .venv from uv.lock with the dependency
+#                                   groups (lint, tests, Molecule, triton), CPU torch, the collections
+#   scripts/controller.sh deploy    deploy only: .venv from uv.lock without the groups (ansible-core and what
+#                                   the toolkit's plugins and controller-side modules import), nothing else
+# Installs uv with pip (pinned) when missing.
 # CPU torch (the DDTree unit tests) is not in the lock: it is installed into .venv with pip from
 # whatever index or find-links pip is configured with (`pip config list`, PIP_INDEX_URL,
 # PIP_FIND_LINKS); DFLASH_TORCH changes the requirement, DFLASH_TORCH=none skips it. Where no
@@ -33,6 +37,18 @@ if ! command -v uv >/dev/null 2>&1; then
     || "$pip_py" -m pip install --quiet --break-system-packages "uv==$UV_VERSION"
   export PATH="$HOME/.local/bin:$PATH"
 fi
+
+profile="${1:-dev}"
+case "$profile" in
+  deploy)
+    # the project's dependencies only: no test tooling, no torch, no triton, no collections (the production
+    # roles use ansible.builtin only; containers.podman is the lab's)
+    uv sync --frozen --no-dev --quiet
+    echo "controller (deploy only): $repo/.venv; run: source .venv/bin/activate; ansible-playbook ..."
+    exit 0 ;;
+  dev) ;;
+  *) echo "usage: scripts/controller.sh [dev|deploy]" >&2; exit 2 ;;
+esac
 
 # --inexact: keep the torch installed below, which the lock does not list
 uv sync --frozen --inexact --quiet

@@ -8,5 +8,5 @@ filter_plugins/dflash_instances.py). Pure functions, no Ansible import.
 - ``host``: read-only facts gathered on the host (/proc listeners and their units, paths, draft block
   size, the final layer's CUDA, installed units); the only part library/dflash_instances_facts.py ships
 
-Add a fallback rule: a row in roles/dflash_instances/vars/main.yml (README "Where to change what").
+Add a fallback rule: a row in roles/dflash_instances/vars/main.yml (CONTRIBUTING.md, "Where to change what").
 """

@@ -176,6 +176,8 @@ def resolved_path_problem(field, path, real, protect_home, home_prefixes, prefix
             return (f"{path}{via_p} is under /home, /root or /run/user, which the hardened unit cannot see "
                     "(ProtectHome=yes); move it or set dflash_instances_protect_home: false")
         for d in SYSTEM_DIRS + ((prefix.rstrip("/"),) if prefix else ()):
+            if prefix and d == prefix.rstrip("/") and p.startswith(d + "/models/") and len(p) > len(d) + 8:
+                continue  # the models stage's store (roles/dflash_models): a directory per stored model
             if under(p, d) and not any(under(p, e) and p != e for e in SYSTEM_EXCEPTIONS):
                 owner = "the toolkit's own directory" if prefix and d == prefix.rstrip("/") else "a system directory"
                 return f"{path}{via_p} is in {d}, {owner}: a model needs a directory of its own"

@@ -19,8 +19,8 @@ VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
-    "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key", "reasoning_parser",
-    "smoke_gates", "sglang_version",
+    "pin_flags", "disabled_rules", "model_source", "draft_source", "host", "api_key", "admin_api_key",
+    "reasoning_parser", "smoke_gates", "sglang_version",
 } | _tp.TP_KEYS
 REASONING_PARSER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DDTREE_KEYS = {"budget", "topk", "mode"}
@@ -130,4 +130,6 @@ def instance_version(inst, host_version):
 def _target_facts_of(inst, host_facts):
     """The target's config facts gathered on the host (model_path, else the staged model_source)."""
     targets = (host_facts or {}).get("targets") or {}
-    return targets.get(inst.get("model_path")) or targets.get(inst.get("model_source")) or {}
+    staged = inst.get("model_source")
+    # a model_source mapping (fetched by the models stage) is not a host path: its facts come once it is stored
+    return targets.get(inst.get("model_path")) or (targets.get(staged) if isinstance(staged, str) else None) or {}

@@ -125,3 +125,45 @@ def inventory_errors(host, instances, settings, var_names=()) -> list:
     if free is not None and (as_int(free) is None or as_int(free) < 0):
         errors.append(f"{host}: field 'dflash_min_free_mib': must be a whole number of MiB >= 0, got {free!r}")
     return errors
+
+
+# ----------------------------------------------------------------------------- values left to fill in
+
+# inventory/production ships these: a host name that never resolves, and values that read "fill in: <what>"
+PLACEHOLDER_DOMAIN = ".example.invalid"
+PLACEHOLDER_PREFIX = "fill in"
+
+
+def _placeholders_in(value, path):
+    """(path, what) of every 'fill in: <what>' string inside a value (mappings and lists walked)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _placeholders_in(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            label = v.get("name") if isinstance(v, dict) and isinstance(v.get("name"), str) else None
+            yield from _placeholders_in(v, f"{path}[{label or i}]")
+    elif isinstance(value, str) and value.strip().lower().startswith(PLACEHOLDER_PREFIX):
+        what = value.strip()[len(PLACEHOLDER_PREFIX):].lstrip(" :-")
+        yield path, what or "a value"
+
+
+def placeholder_errors(host, values, group_hosts=None) -> list[str]:
+    """'fill in ...' for every value of the example inventory the user has not replaced yet, before anything
+    connects or changes. ``values``: {variable: value} of the host; ``group_hosts``: {group: [hosts]} whose
+    placeholder names are said too (the router and Prometheus hosts)."""
+    errors = []
+    address = values.get("ansible_host") or host
+    if str(host).endswith(PLACEHOLDER_DOMAIN) and str(address).endswith(PLACEHOLDER_DOMAIN):
+        errors.append(f"{host}: fill in the host: {host} is the example inventory's placeholder and never resolves; "
+                      "put your host's name in hosts.yml (and rename its host_vars file to match), or its address "
+                      "in ansible_host")
+    for group, hosts in sorted((group_hosts or {}).items()):
+        for other in hosts or []:
+            if str(other).endswith(PLACEHOLDER_DOMAIN) and other != host:
+                errors.append(f"{host}: fill in {group}: {other} is the example inventory's placeholder; put your "
+                              f"{group} host there, or leave its hosts empty ({{}}) if you have none")
+    for name in sorted(values):
+        for path, what in _placeholders_in(values[name], name):
+            errors.append(f"{host}: fill in {path}: {what}")
+    return errors

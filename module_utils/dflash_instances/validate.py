@@ -13,6 +13,7 @@ from ansible.module_utils.dflash_instances.model import (
     hybrid_instance_errors,
     version_errors,
 )
+from ansible.module_utils.dflash_models import sources as _sources
 from ansible.module_utils.dflash_release.gates_config import gate_errors
 
 # --------------------------------------------------------------------------- validation
@@ -164,15 +165,22 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         if algo not in _fields.ALGORITHMS:
             add("algorithm", f"{raw.get('algorithm')!r} is not one of {', '.join(_fields.ALGORITHMS)}")
         draft = raw.get("draft_model_path")
-        if algo in ("DFLASH", "DDTREE") and not draft:
-            add("draft_model_path", f"{algo} needs a draft model (draft_model_path is empty)")
+        # model_source / draft_source mappings: fetched and stored by the models stage (roles/dflash_models),
+        # which fills model_path / draft_model_path with the stored copies before the flags are derived
+        fetched_model = _sources.is_fetched(raw.get("model_source"))
+        fetched_draft = _sources.is_fetched(raw.get("draft_source"))
+        for field, msg in _sources.instance_errors(raw):
+            add(field, msg)
+        if algo in ("DFLASH", "DDTREE") and not draft and not fetched_draft:
+            add("draft_model_path", f"{algo} needs a draft model (draft_model_path or draft_source is empty)")
 
         # paths
         model = raw.get("model_path")
         for field, path in (("model_path", model), ("draft_model_path", draft if algo != "NONE" else None),
-                            ("model_source", raw.get("model_source"))):
+                            ("model_source", None if fetched_model else raw.get("model_source"))):
             if field == "model_path" and not path:
-                add(field, "is required")
+                if not fetched_model:
+                    add(field, "is required (or a model_source to fetch it from)")
                 continue
             if not path:
                 continue

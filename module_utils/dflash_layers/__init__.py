@@ -9,5 +9,5 @@ dflash_wheelhouse.py). Pure logic, no Ansible import; uv runs through an injecte
 - ``consistency``: every requirement of every distribution of the layered environment met (``pip check``-like)
 - ``probe``: the import/ABI probe of a layer's interpreter (torch, sgl_kernel, flashinfer, ..., sglang)
 
-Add a layer field for uv: a row of ``overlay.UV_OPTIONS`` (README "Where to change what").
+Add a layer field for uv: a row of ``overlay.UV_OPTIONS`` (CONTRIBUTING.md, "Where to change what").
 """

@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import time
 
+from ansible.module_utils.dflash_common import progress as dflash_progress
 from ansible.module_utils.dflash_common.trash import remove_dirs
 from ansible.module_utils.dflash_layers import overlay
 from ansible.module_utils.dflash_layers.pep508 import canonical_name
@@ -436,7 +437,7 @@ class LayerBuilder:
     """Ensure the layers under ``<prefix>/layers``; only writes when a layer must be (re)built."""
 
     def __init__(self, prefix, uv, runner=default_runner, check_mode=False, cache_dir=None,
-                 compile_bytecode=True, build_timeout=3600, log=None):
+                 compile_bytecode=True, build_timeout=3600, log=None, progress_file=None, progress_every=5.0):
         self.prefix = prefix.rstrip("/")
         self.layers_dir = os.path.join(self.prefix, "layers")
         self.uv = uv
@@ -446,6 +447,10 @@ class LayerBuilder:
         self.compile_bytecode = compile_bytecode
         self.build_timeout = build_timeout
         self.log = log if log is not None else []
+        # what a build is doing, read by the action plugin every interval (action_plugins/dflash_layers.py)
+        self.progress_file = progress_file
+        self.progress_every = progress_every
+        self._ticker = None
 
     # -- helpers
     def _uv_env(self, spec):
@@ -457,6 +462,8 @@ class LayerBuilder:
         return env
 
     def _uv(self, args, spec, what):
+        if self._ticker is not None:
+            self._ticker.set(what=f"layer {spec['name']}: {what}")
         argv = [self.uv, *args]
         rc, out, err = self.run(argv, env=self._uv_env(spec), timeout=self.build_timeout)
         self.log.append({"cmd": argv, "rc": rc})
@@ -578,10 +585,31 @@ class LayerBuilder:
         return res["closure"], parent_dists, parent_view
 
     def build(self, item, lock_fh=None):
+        """Build one layer; while it runs, a progress record (the step, distributions installed so far of the
+        planned ones, bytes written) is kept in ``progress_file`` every ``progress_every`` seconds."""
         spec = item["spec"]
-        interp = item["interpreter"]
         rand = secrets.token_hex(4)
         tmp = os.path.join(self.layers_dir, f"{TMP_PREFIX}{spec['name']}-{item['hash'][:12]}-{rand}")
+        planned = len(item.get("wheel_files") or []) or None
+
+        def measure():
+            written, dists = dflash_progress.tree_usage(tmp, ".dist-info") if os.path.isdir(tmp) else (0, 0)
+            return {"done": dists, "total": planned, "unit": "distributions",
+                    "note": f"{dflash_progress.human_bytes(written)} written in {tmp}"}
+
+        if not self.progress_file:
+            return self._build(item, tmp, rand)
+        with dflash_progress.Ticker(f"layer {spec['name']}: starting", dflash_progress.file_sink(self.progress_file),
+                                    measure, every=self.progress_every) as ticker:
+            self._ticker = ticker
+            try:
+                return self._build(item, tmp, rand)
+            finally:
+                self._ticker = None
+
+    def _build(self, item, tmp, rand):
+        spec = item["spec"]
+        interp = item["interpreter"]
         started = time.monotonic()
         try:
             self._uv(["venv", "--no-config", "--relocatable", "--python", interp["executable"], tmp],

@@ -96,3 +96,23 @@ def alive(pid):
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_unresolvable_ssh_host_fails_in_words_with_a_failing_recap(tmp_path):
+    """deploy.yml against an ssh host whose name does not resolve, on the locked ansible-core: the worded
+    message, a recap that counts the host as failed, rc 2, and no 'lost the host' line (the host was never
+    reached, nothing was changed)."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  children:\n    dflash_hosts:\n      hosts:\n        gpu-nowhere.invalid:\n"
+                   "          ansible_connection: ssh\n          ansible_user: deploy\n"
+                   "          dflash_instances: []\n")
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), "deploy.yml",
+                           "--tags", "preflight"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "gpu-nowhere.invalid: the host does not answer (ssh to gpu-nowhere.invalid)" in out
+    assert "Could not resolve hostname gpu-nowhere.invalid" in out
+    recap = out.split("PLAY RECAP", 1)[1]
+    assert "failed=1" in recap and "unreachable=0" in recap, recap
+    assert "lost the host" not in out

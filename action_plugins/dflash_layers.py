@@ -1,0 +1,55 @@
+"""Action plugin of dflash_layers: a layer build (GBs of wheels, up to an hour) says how it goes.
+
+``action: ensure`` runs the module asynchronously (Ansible's own async wrapper) and, every
+``progress_interval`` seconds until it ends, reads the progress record the module keeps on the host
+(module_utils/dflash_common/progress.py: the layer, the uv step, distributions installed so far of the planned
+ones, bytes written) and prints one line for the host: what, how far, how long so far. Every other action, check
+mode, an async task of the user's and ``progress_interval: 0`` run the module once, as the generic action does.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import ansible.module_utils
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+from ansible.utils.vars import merge_hash
+
+# the repository's module_utils/ under the name the modules import it by (docs/design.md, "Import path")
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MODULE_UTILS)
+
+from ansible.module_utils.dflash_common import progress
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        try:
+            interval = float(args.pop("progress_interval", 30) or 0)
+        except (TypeError, ValueError):
+            interval = 30.0
+        wrap_async = self._task.async_val and not self._connection.has_native_async
+        if args.get("action", "ensure") != "ensure" or self._task.check_mode or wrap_async or interval <= 0:
+            out = self._execute_module(module_name="dflash_layers", module_args=args, task_vars=task_vars,
+                                       wrap_async=wrap_async)
+            if not wrap_async:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return merge_hash(result, out)
+        layers = args.get("layers") or []
+        limit = int(args.get("build_timeout") or 3600) * max(1, len(layers)) * 2 + 300
+        progress_file = os.path.join(str(args["prefix"]), "layers", f".progress-{secrets.token_hex(6)}.json")
+        host = (task_vars or {}).get("inventory_hostname", "")
+        out = progress.run_module_with_progress(self, "dflash_layers", args, task_vars, progress_file, interval,
+                                                limit, "venv layers", lambda text: display.display(f"{host}: {text}"))
+        return merge_hash(result, out)
