@@ -128,6 +128,9 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         algo = inst["algorithm"]
         if algo not in _fields.ALGORITHMS:
             add("algorithm", f"{raw.get('algorithm')!r} is not one of {', '.join(_fields.ALGORITHMS)}")
+        fb_error = _fields.fallback_error(raw, algo)
+        if fb_error:
+            add("fallback", fb_error)
         draft = raw.get("draft_model_path")
         if algo in ("DFLASH", "DDTREE") and not draft:
             add("draft_model_path", f"{algo} needs a draft model (draft_model_path is empty)")
