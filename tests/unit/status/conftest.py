@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.dflash_release import ops
@@ -16,6 +17,7 @@ from ansible.module_utils.dflash_tree.disk import write_tree
 from ansible.module_utils.dflash_tree.wheel import files_listing
 from test_standin import start  # noqa: F401 (the lab stand-in's fixture, tests/unit/lab/test_standin.py)
 
+ROOT_DIR = Path(__file__).resolve().parents[3]
 FP = {
     "gpu_count": 2,
     "gpus": [
