@@ -46,10 +46,18 @@ def dflash_status_guard(doc, host, instance, inventory_instances, alert=None, al
                          bool(force))
 
 
+def dflash_status_fallback_instances(instances, decision):
+    """The host's dflash_instances with the guard's instance in its place, on its fallback (order kept)."""
+    d = _plain(decision) or {}
+    return [d["override"] if isinstance(i, dict) and i.get("name") == d.get("instance") and d.get("override") else i
+            for i in _plain(instances) or []]
+
+
 class FilterModule:
     def filters(self):
         return {
             "dflash_status_document": dflash_status_document,
             "dflash_status_text": dflash_status_text,
             "dflash_status_guard": dflash_status_guard,
+            "dflash_status_fallback_instances": dflash_status_fallback_instances,
         }
