@@ -92,6 +92,8 @@ def decide(host: str, report: dict, instance: str, inventory_inst: dict | None, 
         cause = "asked for (guard_force=true); status now: live accept length " + str(live.get("accept_length"))
     else:
         figure = live.get("accept_length")
+        if spec.get("why"):
+            return no(spec["why"])
         if figure is None or spec.get("floor") is None:
             return no("no live accept length or no release figure to compare it with "
                       f"({live.get('error') or 'the release measured no accept length'})")

@@ -45,7 +45,10 @@ def speculation(inst: dict, ratio: float) -> dict:
     if inst.get("algorithm") in SPECULATIVE and isinstance(acc, int | float) and acc > 0:
         out["floor"] = round(acc * ratio, 3)
         now = live.get("accept_length")
-        if isinstance(now, int | float) and now < out["floor"]:
+        if live.get("generation_tokens") == 0:
+            # a server that has generated nothing since it started reads 0: nothing measured yet, not a collapse
+            out["why"] = "no token generated since the server started: no accept length yet"
+        elif isinstance(now, int | float) and now < out["floor"]:
             out["collapsed"] = True
             out["why"] = (f"live accept length {now:.2f} < floor {out['floor']:.2f} = {ratio:g} x {acc:.2f} "
                           f"measured by its release's smoke test")

@@ -36,6 +36,15 @@ def test_the_inventory_field_is_checked():
     assert fallback_error({"fallback": "ddtree"}, "DDTREE") == "ddtree is the instance's own algorithm"
 
 
+def test_a_server_that_generated_nothing_yet_is_not_moved(host):
+    res = collect(host["prefix"], FakeUnits({"dflash-main.service": ACTIVE}), host["unit_dir"], disk=False,
+                  health=lambda url: 200, metrics=metrics(0.0, generated=0))
+    st = report.host_report("ct200", res, [{"name": "main", "algorithm": "DFLASH"}])
+    d = guard.decide("ct200", st, "main", {"name": "main", "algorithm": "DFLASH"})
+    assert not d["act"] and d["message"] == ("ct200/main: no token generated since the server started: no accept "
+                                             "length yet; nothing deployed")
+
+
 def test_status_live_figure_below_the_release_moves_it(host):
     d = guard.decide("ct200", status(host, 2.05), "main", {"name": "main", "algorithm": "DFLASH"})
     assert d["act"] and d["from"] == "DFLASH" and d["to"] == "NONE" and d["baseline"] is None

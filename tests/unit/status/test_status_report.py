@@ -13,17 +13,20 @@ from conftest import ACTIVE, FakeUnits, deploy
 INV = [{"name": "main", "algorithm": "DFLASH"}]
 
 
-def metrics(accept):
+def metrics(accept, generated=1024):
     text = ("# TYPE sglang:spec_accept_length gauge\n"
             f'sglang:spec_accept_length{{model_name="q",tp_rank="0"}} {accept}\n'
             "# TYPE sglang:gen_throughput gauge\n"
-            'sglang:gen_throughput{model_name="q",tp_rank="0"} 0.0\n')
+            'sglang:gen_throughput{model_name="q",tp_rank="0"} 0.0\n'
+            "# TYPE sglang:generation_tokens_total counter\n"
+            f'sglang:generation_tokens_total{{model_name="q"}} {generated}\n')
     return lambda url: (text, None)
 
 
-def read(h, states=None, health=200, accept=4.571, **kw):
+def read(h, states=None, health=200, accept=4.571, generated=1024, **kw):
     return collect(h["prefix"], FakeUnits(states if states is not None else {"dflash-main.service": ACTIVE}),
-                   h["unit_dir"], disk=kw.pop("disk", False), health=lambda url: health, metrics=metrics(accept), **kw)
+                   h["unit_dir"], disk=kw.pop("disk", False), health=lambda url: health,
+                   metrics=metrics(accept, generated), **kw)
 
 
 def test_a_healthy_host(host):
@@ -68,6 +71,10 @@ def test_collapsed_acceptance_is_unhealthy_and_names_the_guard(host):
     assert "guard: ansible-playbook playbooks/guard.yml -l ct200 -e instance=main" in report.text(doc)
     # a wider margin (the lab's, whose stand-in reports the last request's figure) holds it
     assert report.host_report("ct200", read(host, accept=2.9), INV, {"accept_ratio": 0.6})["verdict"] == "healthy"
+    # a server restarted a moment ago has generated nothing: it reads 0, which is no figure yet, not a collapse
+    fresh = report.host_report("ct200", read(host, accept=0.0, generated=0), INV)
+    assert fresh["verdict"] == "healthy" and not fresh["instances"]["main"]["speculation"]["collapsed"]
+    assert fresh["instances"]["main"]["speculation"]["why"].startswith("no token generated since the server started")
 
 
 def test_drift_makes_a_drifted_host_with_the_lines(host):
