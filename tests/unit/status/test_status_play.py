@@ -18,7 +18,7 @@ from test_status_collect import snapshot
 CAPTURE = ROOT_DIR / "lab" / "captures" / "ct200"
 
 
-def run(tmp_path, h, *extra):
+def run(tmp_path, h, *extra, playbook="status.yml"):
     inv = {"all": {"children": {"dflash_hosts": {"hosts": {"ct200": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
         "dflash_prefix": h["prefix"], "dflash_service_manager": "runner", "dflash_instances_unit_dir": h["unit_dir"],
@@ -27,7 +27,7 @@ def run(tmp_path, h, *extra):
     (tmp_path / "inv.json").write_text(json.dumps(inv))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT_DIR / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run([str(ROOT_DIR / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "inv.json"),
-                           str(ROOT_DIR / "playbooks" / "status.yml"), *extra], cwd=ROOT_DIR, env=env,
+                           str(ROOT_DIR / "playbooks" / playbook), *extra], cwd=ROOT_DIR, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -56,4 +56,21 @@ def test_status_play_reports_a_stopped_instance_writes_json_and_changes_nothing(
     # check mode: the same reads, the same verdict, still nothing written
     check = run(tmp_path, h, "--check")
     assert check.returncode == 2 and "unit dflash-main.service is inactive/dead" in check.stdout
+    assert snapshot(h["prefix"], h["unit_dir"]) == before
+
+
+def test_the_guard_asks_for_one_instance_of_one_host_and_moves_nothing_that_holds(tmp_path):
+    h = deploy(tmp_path)
+    before = snapshot(h["prefix"], h["unit_dir"])
+    out = run(tmp_path, h, playbook="guard.yml")
+    assert out.returncode == 2 and "guard.yml moves one instance of one host" in out.stdout
+    out = run(tmp_path, h, "-l", "ct200", "-e", "instance=other", playbook="guard.yml")
+    assert out.returncode == 2 and "instance 'other'; ct200 has main" in out.stdout
+    # the instance is stopped here: its live accept length is unknown, so the guard has no evidence and deploys
+    # nothing (deploy.yml's plays run with every task skipped)
+    out = run(tmp_path, h, "-l", "ct200", "-e", "instance=main", playbook="guard.yml")
+    assert out.returncode == 0, out.stdout[-3000:]
+    said = " ".join(out.stdout.split())
+    assert "guard: ct200/main: no live accept length or no release figure to compare it with" in said
+    assert "nothing deployed" in said and "moved from" not in said
     assert snapshot(h["prefix"], h["unit_dir"]) == before
