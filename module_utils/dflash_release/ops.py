@@ -24,6 +24,7 @@ from ansible.module_utils.dflash_release.manifest import (
     content_hash,
     diff_manifests,
     file_digest,
+    instance_python_env,
     make_release_id,
     recorded_fingerprint,
 )
@@ -154,8 +155,12 @@ def record_extras(prefix: str, manifest: dict, extras: dict, check_mode=False) -
 
 
 def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None,
-            secrets=None, remove_absent=False, remove=(), unit_dir=None, units=None):
+            secrets=None, remove_absent=False, remove=(), unit_dir=None, units=None, extra_layers=None):
     """Find or create the release for these inputs.  Nothing is activated here.
+
+    An instance whose sglang version is not the host's runs its own version's venv and tree (the flags entry's
+    ``venv`` / ``tree_path``; ``extra_layers``: those versions' layers): its env file says so (PYTHONPATH from the
+    flags, DFLASH_PYTHON here).
 
     ``secrets``: {instance: {VAR: value}} written to the env file only. Instances of the current
     release that the inventory no longer has are carried over unchanged unless removal is asked for
@@ -171,13 +176,14 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
     unwritable = [] if check_mode else drop_world_write(prefix)
     salt = load_salt(prefix, create=not check_mode) if secrets else None
     env_texts, digest_texts = {}, {}
+    release_venv = (list(layers or [])[-1:] or [{}])[0].get("path")
     for name in sorted(flags):
         if not INSTANCE_NAME_RE.match(name):
             raise ReleaseError(f"{host}: instance {name!r}: name must match {INSTANCE_NAME_RE.pattern}")
         f = flags[name] or {}
         where = f"{host}: instance {name}"
         sec = {str(k): str(v) for k, v in (secrets.get(name) or {}).items()}
-        env = dict(f.get("env") or {})
+        env = dict(f.get("env") or {}, **instance_python_env(f, release_venv))
         env_texts[name] = render_env_file({**env, **sec}, f.get("args") or [], where)
         digest_texts[name] = render_env_file({**env, **{k: salted(v, salt) for k, v in sec.items()}},
                                              f.get("args") or [], where)
@@ -197,7 +203,7 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
             problems.append(f"instance {name} (not in the inventory, kept): its env file in {cur} is unreadable "
                             f"({exc.__class__.__name__}); it is not carried into the new release")
     content = build_content(layers, tree, flags, fingerprint, digest_texts,
-                            {n: list(secrets.get(n) or {}) for n in flags}, carried)
+                            {n: list(secrets.get(n) or {}) for n in flags}, carried, extra_layers)
     secret_instances = {n for n in flags if secrets.get(n)} | {n for n, e in carried.items() if e.get("secrets")}
     if secret_instances and salt is None:
         salt = load_salt(prefix, create=not check_mode)  # a carried instance's key, none in the inventory's
@@ -367,7 +373,10 @@ def prune(prefix: str, keep: int, protect=(), check_mode=False) -> dict:
         "kept": keep_ids,
         "removed": remove_ids,
         "kept_manifests": [
-            {k: m[k] for k in ("id", "sequence", "created", "layers", "venv", "tree_path") if k in m} for m in kept
+            dict({k: m[k] for k in ("id", "sequence", "created", "layers", "venv", "tree_path") if k in m},
+                 instances={n: {k: i[k] for k in ("venv", "tree_path") if i.get(k)}
+                            for n, i in (m.get("instances") or {}).items()})
+            for m in kept
         ],
         "referenced_layers": refs["layers"],
         "referenced_trees": refs["trees"],

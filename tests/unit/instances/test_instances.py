@@ -126,8 +126,8 @@ BAD = [
      "field 'model_source': is only used to stage a model onto tmpfs"),
     ("bad algorithm", [good(algorithm="EAGLE")], "field 'algorithm': 'EAGLE' is not one of DFLASH, DDTREE, NONE"),
     ("a fallback that is no algorithm", [good(fallback="EAGLE")],
-     "ct200: instance 'dflash-gpu1': field 'fallback': 'EAGLE' is not one of DFLASH, DDTREE, NONE (or false: the "
-     "guard never moves this instance)"),
+     ("ct200: instance 'dflash-gpu1': field 'fallback': 'EAGLE' is not one of DFLASH, DDTREE, NONE (or false: the "
+     "guard never moves this instance)")),
     ("a fallback that is its own algorithm", [good(algorithm="DDTREE", fallback="ddtree")],
      "ct200: instance 'dflash-gpu1': field 'fallback': ddtree is the instance's own algorithm"),
     ("bad name (unit-unsafe)", [good(name="GPU 1")], "ct200: instance 'GPU 1': field 'name': 'GPU 1' is not a valid"),

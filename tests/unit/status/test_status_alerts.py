@@ -11,7 +11,7 @@ import sys
 import threading
 
 from ansible.module_utils.dflash_status import alerts
-from conftest import ROOT_DIR
+from status_host import ROOT_DIR
 
 SCRIPT = ROOT_DIR / "scripts" / "guard_alert.py"
 

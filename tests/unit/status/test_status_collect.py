@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.dflash_service.runner import Runner
 from ansible.module_utils.dflash_status.collect import collect
-from conftest import ACTIVE, FakeUnits, deploy
+from status_host import ACTIVE, FakeUnits, deploy
 from test_standin import STANDIN, free_port
 
 

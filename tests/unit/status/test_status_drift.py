@@ -9,7 +9,7 @@ import os
 from ansible.module_utils.dflash_release.manifest import EXTRA_KEYS
 from ansible.module_utils.dflash_release.store import read_json
 from ansible.module_utils.dflash_status.drift import drift
-from conftest import deploy
+from status_host import deploy
 
 
 def manifest_of(h):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ansible.module_utils.dflash_instances.fields import fallback_error
 from ansible.module_utils.dflash_status import guard, report
 from ansible.module_utils.dflash_status.collect import collect
-from conftest import ACTIVE, FakeUnits
+from status_host import ACTIVE, FakeUnits
 from test_status_report import metrics
 
 

@@ -8,7 +8,7 @@ import os
 from ansible.module_utils.dflash_release.manifest import EXTRA_KEYS
 from ansible.module_utils.dflash_release.store import read_json
 from ansible.module_utils.dflash_status.host import busy_processes, compare, release_gpus
-from conftest import FP
+from status_host import FP
 
 
 def manifest_of(h):

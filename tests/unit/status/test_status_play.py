@@ -12,7 +12,7 @@ import sys
 from ansible.module_utils.dflash_fingerprint.collect import read_capture
 from ansible.module_utils.dflash_fingerprint.merge import fingerprint_from_raw
 from ansible.module_utils.dflash_release.manifest import fingerprint_digest, recorded_fingerprint
-from conftest import ROOT_DIR, deploy
+from status_host import ROOT_DIR, deploy
 from test_status_collect import snapshot
 
 CAPTURE = ROOT_DIR / "lab" / "captures" / "ct200"

@@ -8,7 +8,7 @@ import os
 
 from ansible.module_utils.dflash_status import report
 from ansible.module_utils.dflash_status.collect import collect
-from conftest import ACTIVE, FakeUnits, deploy
+from status_host import ACTIVE, FakeUnits, deploy
 
 INV = [{"name": "main", "algorithm": "DFLASH"}]
 
