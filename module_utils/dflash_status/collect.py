@@ -89,6 +89,8 @@ def instance_state(name: str, entry: dict, backend, release_dir: str, fetch_metr
     port, url = instance_address(entry)
     state = backend.state(unit)
     out = {"unit": unit, "port": port, "base_url": url, "algorithm": expected_algorithm(args) or "NONE",
+           # an instance on an sglang version other than the host's records its own (and its venv and tree)
+           "sglang_version": entry.get("sglang_version"), "tree": entry.get("tree_path"),
            "unit_state": {k: state[k] for k in SHOW_KEYS if k in state},
            "health": health(url + "/health") if url else None,
            "args": args, "rules": [a.get("rule") for a in entry.get("applied") or [] if isinstance(a, dict)],
@@ -153,7 +155,8 @@ def collect(prefix: str, backend, unit_dir: str, fingerprint=None, check_tree=Tr
         out["fingerprint"] = compare(m, fingerprint)
     if disk:
         used = {"layers": sorted({la.get("path") for mm in manifests for la in mm.get("layers") or []}),
-                "trees": sorted({mm.get("tree_path") for mm in manifests if mm.get("tree_path")}),
+                "trees": sorted({t for mm in manifests for t in [mm.get("tree_path")] + [
+                    (e or {}).get("tree_path") for e in (mm.get("instances") or {}).values()] if t}),
                 "releases": [cur] if cur else []}
         out["disk"] = disk_use(prefix, models_of(m or {}), used)
     return out

@@ -203,6 +203,22 @@ def tree_drift(prefix: str, manifest: dict) -> list:
         ok, reason = verify_tree(tdir, tree.get("hash"))
         out.append({"kind": "tree", "instance": None, "path": tdir, "state": "same" if ok else "changed",
                     "detail": reason, "diff": []})
+    # instances on another sglang version run their own venv and tree (the manifest names them, not their hash:
+    # the tree is checked against its own manifest)
+    seen = {manifest.get("venv"), tdir}
+    for name, entry in sorted((manifest.get("instances") or {}).items()):
+        entry = entry or {}
+        for kind, path in (("venv", entry.get("venv")), ("tree", entry.get("tree_path"))):
+            if not path or path in seen:
+                continue
+            seen.add(path)
+            if not os.path.isdir(path):
+                out.append({"kind": "link", "instance": name, "path": path, "state": "missing",
+                            "detail": f"the {kind} of sglang {entry.get('sglang_version')} is gone", "diff": []})
+            elif kind == "tree":
+                ok, reason = verify_tree(path)
+                out.append({"kind": "tree", "instance": name, "path": path, "state": "same" if ok else "changed",
+                            "detail": reason, "diff": []})
     return out
 
 

@@ -189,7 +189,8 @@ def text(doc: dict, guard_command: str = "ansible-playbook playbooks/guard.yml")
             spec = inst.get("speculation") or {}
             live = spec.get("live") or {}
             acc = f"{_num(live.get('accept_length'))}/{_num((spec.get('release') or {}).get('accept_length'))}"
-            rows.append((h, name, rid, rel.get("sglang_version") or "-", inst.get("algorithm"),
+            rows.append((h, name, rid, inst.get("sglang_version") or rel.get("sglang_version") or "-",
+                         inst.get("algorithm"),
                          f"{us.get('ActiveState', '?')}/{us.get('SubState', '?')}", us.get("NRestarts", "-"),
                          _since(us), inst.get("health") if inst.get("health") is not None else "none",
                          _num(live.get("tokens_per_s"), "{:.1f}"), acc,

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 
+from ansible.module_utils.dflash_release import ops
 from ansible.module_utils.dflash_release.manifest import EXTRA_KEYS
 from ansible.module_utils.dflash_release.store import read_json
 from ansible.module_utils.dflash_status.drift import drift
-from status_host import deploy
+from status_host import FP, deploy, flags, make_tree
 
 
 def manifest_of(h):
@@ -115,3 +116,34 @@ def test_a_release_from_before_the_digests_is_read_all_the_same(host):
     # no rendered copy either: unknown, not drift
     os.unlink(os.path.join(host["staged"], "dflash-main.service"))
     assert by_kind(drift(host["prefix"], old, host["unit_dir"]))[("unit", "main")]["state"] == "unrecorded"
+
+
+def test_an_instance_on_another_sglang_version_has_its_own_tree_checked(tmp_path):
+    """An instance whose sglang_version is not the host's runs its version's venv and tree (the release stage
+    records them on the instance): status checks that tree against its own manifest and says when it is gone."""
+    prefix = tmp_path / "opt"
+    venv, other_venv = prefix / "layers" / "base-000000000001", prefix / "layers" / "sglang-0.5.17-000000000002"
+    for d in (venv, other_venv):
+        d.mkdir(parents=True)
+    tree = make_tree(str(prefix / "trees"), {"sglang/__init__.py": b"__version__ = '0.5.11'\n"})
+    other = make_tree(str(prefix / "trees"), {"sglang/__init__.py": b"__version__ = '0.5.17'\n"})
+    f = flags(30001)
+    f["old"] = dict(flags(30002)["main"], sglang_version="0.5.17", venv=str(other_venv), tree_path=other["path"])
+    layers = [{"name": "base", "path": str(venv), "hash": "000000000001", "parent": None, "python": "/usr/bin/python3"}]
+    res = ops.prepare(str(prefix), layers, tree, f, FP, "abc123", False, host="ct200",
+                      extra_layers=[{"name": "sglang-0.5.17", "path": str(other_venv), "hash": "000000000002"}])
+    ops.activate(str(prefix), res["id"])
+    m = read_json(os.path.join(prefix, "releases", res["id"], "manifest.json"))
+    assert m["instances"]["old"]["tree_path"] == other["path"]
+    trees = {(d["instance"], d["path"]): d["state"] for d in drift(str(prefix), m, str(tmp_path)) if d["kind"] == "tree"}
+    assert trees == {(None, tree["path"]): "same", ("old", other["path"]): "same"}
+    path = os.path.join(other["path"], "sglang", "__init__.py")
+    os.chmod(path, 0o644)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("# hot fix\n")
+    d = by_kind(drift(str(prefix), m, str(tmp_path)))[("tree", "old")]
+    assert d["state"] == "changed" and d["detail"] == "files differ from the manifest: sglang/__init__.py"
+    os.rename(other_venv, str(other_venv) + ".gone")
+    gone = [d for d in drift(str(prefix), m, str(tmp_path)) if d["path"] == str(other_venv)]
+    assert gone == [{"kind": "link", "instance": "old", "path": str(other_venv), "state": "missing",
+                     "detail": "the venv of sglang 0.5.17 is gone", "diff": []}]
