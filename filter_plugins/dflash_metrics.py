@@ -1,5 +1,5 @@
-"""Jinja filters of roles/dflash_metrics: the scrape targets with each host's release, the alert figures'
-checks and recording values. Thin wrappers over module_utils/dflash_metrics.py."""
+"""Jinja filters of roles/dflash_metrics: the scrape targets with each host's release, the alert figures read
+from the releases' smoke records, their checks and recording values. Thin wrappers over module_utils/dflash_metrics.py."""
 
 from __future__ import annotations
 
@@ -33,6 +33,22 @@ def dflash_metrics_alert_rows(figures, margins):
     return _metrics.alert_rows(_plain(figures), _plain(margins))
 
 
+def dflash_metrics_figure_sources(fleet):
+    return _metrics.figure_sources(_plain(fleet))
+
+
+def dflash_metrics_record_figures(records, currents=None):
+    return _metrics.record_figures(_plain(records), _plain(currents))
+
+
+def dflash_metrics_merge_figures(from_records, explicit):
+    return _metrics.merge_figures(_plain(from_records), _plain(explicit))
+
+
+def dflash_metrics_release_ids(currents):
+    return _metrics.release_ids(_plain(currents))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -40,4 +56,8 @@ class FilterModule:
             "dflash_metrics_release_labels": dflash_metrics_release_labels,
             "dflash_metrics_alert_errors": dflash_metrics_alert_errors,
             "dflash_metrics_alert_rows": dflash_metrics_alert_rows,
+            "dflash_metrics_figure_sources": dflash_metrics_figure_sources,
+            "dflash_metrics_record_figures": dflash_metrics_record_figures,
+            "dflash_metrics_merge_figures": dflash_metrics_merge_figures,
+            "dflash_metrics_release_ids": dflash_metrics_release_ids,
         }

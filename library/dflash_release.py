@@ -47,6 +47,13 @@ options:
                   default: false}
   remove: {description: Instances to remove (prepare)., type: list, elements: str, default: []}
   unit_dir: {description: Where the instance units are installed (prepare)., type: path}
+  units:
+    description:
+      - "The staged unit files the activation puts live (C(dflash_units): [{instance, src, dest}]); prepare records
+        their sha256 in the manifest (C(files.units)) with the env files' digests and the host's fingerprint, which
+        playbooks/status.yml checks the host against. A reused release made before these were recorded gets them."
+    type: list
+    elements: dict
 author: dflash-deploy
 """
 
@@ -105,6 +112,7 @@ def main():
             "remove_absent": {"type": "bool", "default": False},
             "remove": {"type": "list", "elements": "str", "default": []},
             "unit_dir": {"type": "path"},
+            "units": {"type": "list", "elements": "dict"},
         },
         required_if=[("action", "activate", ["release_id"]), ("action", "mark", ["release_id", "status"])],
         supports_check_mode=True,
@@ -117,8 +125,8 @@ def main():
             res = prepare(prefix, p["layers"], p["tree"], p["flags"], p["fingerprint"], p["revision"], p["dirty"],
                           host=p["host"] or "host", check_mode=check, secrets=p["secrets"],
                           remove_absent=p["remove_absent"], remove=p["remove"], unit_dir=p["unit_dir"],
-                          extra_layers=p["extra_layers"])
-            module.exit_json(changed=res["created"] or bool(res["repaired"]), **res)
+                          units=p["units"], extra_layers=p["extra_layers"])
+            module.exit_json(changed=res["created"] or bool(res["repaired"]) or bool(res["recorded"]), **res)
         if p["action"] == "activate":
             module.exit_json(**activate(prefix, p["release_id"], check_mode=check))
         if p["action"] == "deactivate":

@@ -16,6 +16,10 @@ Alert figures: an instance's thresholds come from the smoke measurements of the 
 
     - {host: gpu-node-01, instance: qwen, release: <id>, accept_length: 3.91, tokens_per_s: 123.5}
 
+The figures are read from the hosts themselves by the metrics play, read-only (`figure_sources` names which
+records: each rank-0 instance's `<prefix>/current/smoke/<instance>.json`; `record_figures` turns what was read
+into entries; `merge_figures` lets the inventory's own entries win).
+
 Each figure becomes recording rules (`dflash:release_accept_length`, `..._floor`, ...) that the alerts
 compare the live metrics with (roles/dflash_metrics/templates/dflash.rules.yml.j2); the floors are figure x
 margin (`dflash_metrics_alert_margins`, or the entry's own `accept_ratio` / `tokens_per_s_ratio` /
@@ -24,8 +28,10 @@ margin (`dflash_metrics_alert_margins`, or the entry's own `accept_ratio` / `tok
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import os
 import re
 
 from ansible.module_utils.dflash_common.net import url_host
@@ -190,3 +196,77 @@ def alert_rows(figures, margins) -> list:
             "itl_ceiling": _fmt(1.0 / (tps * ratio["itl_ratio"])) if tps is not None else None,
         })
     return sorted(rows, key=lambda r: (r["labels"]["dflash_host"], r["labels"]["dflash_instance"]))
+
+
+# --- figures from the releases' smoke records
+
+
+def figure_sources(fleet) -> list:
+    """[[host, instance]] whose release figures the rules want: every instance with a scrape target, rank 0 of a
+    multi-node instance only (its other ranks measure nothing), sorted."""
+    out = []
+    for host in sorted(fleet or {}):
+        for inst in (fleet[host] or {}).get("instances") or []:
+            if not isinstance(inst, dict) or inst.get("metrics", True) is False or not inst.get("name"):
+                continue
+            if nnodes_of(inst) > 1 and inst.get("node_rank", 0) != 0:
+                continue
+            out.append([host, str(inst["name"])])
+    return out
+
+
+def _b64_json(content):
+    try:
+        return json.loads(base64.b64decode(content or ""))
+    except (ValueError, TypeError):
+        return None
+
+
+def record_figures(records, currents=None) -> list:
+    """Figure entries out of the smoke records a play read (``records``: the results of a slurp loop over
+    figure_sources: {item: [host, instance], content (base64) | failed/msg}); ``currents``: the results of a stat
+    of each host's ``current`` ({item: host, stat: {lnk_source}}), for the release id. A record that is missing,
+    unreadable, did not pass, or measured nothing gives no entry (DflashAlertFiguresMissing says so)."""
+    release = release_ids(currents)
+    out = []
+    for r in records or []:
+        item = (r or {}).get("item") or []
+        if len(item) != 2 or not r.get("content"):
+            continue
+        smoke = ((_b64_json(r["content"]) or {}).get("smoke") or {})
+        perf = smoke.get("perf") or {}
+        acc, tps = perf.get("accept_length_median"), perf.get("tokens_per_s_median")
+        if not smoke.get("passed"):
+            continue
+        entry = {"host": str(item[0]), "instance": str(item[1])}
+        if _number(acc) and acc > 0:
+            entry["accept_length"] = float(acc)
+        if _number(tps) and tps > 0:
+            entry["tokens_per_s"] = float(tps)
+        if len(entry) == 2:
+            continue
+        if release.get(entry["host"]):
+            entry["release"] = release[entry["host"]]
+        out.append(entry)
+    return out
+
+
+def merge_figures(from_records, explicit) -> list:
+    """The releases' figures, with the inventory's own entries (dflash_metrics_alert_figures) in place of the
+    same host and instance; anything that is not a mapping with host and instance is kept for alert_errors to
+    name."""
+    if not isinstance(explicit, list):
+        return explicit
+    named = {(e.get("host"), e.get("instance")) for e in explicit if isinstance(e, dict)}
+    kept = [e for e in from_records or [] if (e["host"], e["instance"]) not in named]
+    return kept + list(explicit)
+
+
+def release_ids(currents) -> dict:
+    """{host: release id} from the stat of each host's ``current`` (hosts whose link was not read are left out)."""
+    out = {}
+    for r in currents or []:
+        src = ((r or {}).get("stat") or {}).get("lnk_source")
+        if (r or {}).get("item") and src:
+            out[str(r["item"])] = os.path.basename(src.rstrip("/"))
+    return out

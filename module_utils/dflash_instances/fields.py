@@ -20,7 +20,7 @@ INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
     "pin_flags", "disabled_rules", "model_source", "draft_source", "host", "api_key", "admin_api_key",
-    "reasoning_parser", "smoke_gates", "sglang_version",
+    "reasoning_parser", "smoke_gates", "fallback", "sglang_version",
 } | _tp.TP_KEYS
 REASONING_PARSER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DDTREE_KEYS = {"budget", "topk", "mode"}
@@ -94,6 +94,19 @@ def effective_instance(inst):
     for key in ("env", "pin_flags"):
         out[key] = dict(inst[key]) if isinstance(inst.get(key), dict) else {}
     return out
+
+
+def fallback_error(raw, algorithm):
+    """Why an instance's ``fallback`` (what playbooks/guard.yml moves it to when its acceptance collapses) is
+    wrong; None when it is right or absent. One of ALGORITHMS other than its own, or false (never moved)."""
+    fb = raw.get("fallback")
+    if fb is None or fb is False:
+        return None
+    if not isinstance(fb, str) or fb.upper() not in ALGORITHMS:
+        return f"{fb!r} is not one of {', '.join(ALGORITHMS)} (or false: the guard never moves this instance)"
+    if fb.upper() == algorithm:
+        return f"{fb} is the instance's own algorithm"
+    return None
 
 
 def pin_args(pins):

@@ -164,6 +164,9 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         algo = inst["algorithm"]
         if algo not in _fields.ALGORITHMS:
             add("algorithm", f"{raw.get('algorithm')!r} is not one of {', '.join(_fields.ALGORITHMS)}")
+        fb_error = _fields.fallback_error(raw, algo)
+        if fb_error:
+            add("fallback", fb_error)
         draft = raw.get("draft_model_path")
         # model_source / draft_source mappings: fetched and stored by the models stage (roles/dflash_models),
         # which fills model_path / draft_model_path with the stored copies before the flags are derived

@@ -44,6 +44,7 @@ from ansible.module_utils.dflash_release.journal import (
     write_atomic,
     write_journal,
 )
+from ansible.module_utils.dflash_release.store import record_live_units
 from ansible.module_utils.dflash_release.wait import health_status
 
 
@@ -203,10 +204,13 @@ def commit(prefix, release_id, backend, unit_dir, check_mode=False, cache_root="
     if check_mode:
         return {"changed": True, "removed": removed}
     write_journal(prefix, j, "committing", now)
+    gone = []
     for item in j["remove"]:
-        _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"))
+        gone += _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"))
     if j["remove"]:
         backend.reload()
+    # the unit files as this activation left them live: what the release says they are (status's drift check)
+    record_live_units(prefix, release_id, j["units"], gone)
     _drop(prefix)
     return {"changed": True, "removed": removed}
 

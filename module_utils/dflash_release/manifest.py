@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import hmac
 import json
 import re
 
@@ -80,6 +81,40 @@ def fingerprint_digest(fingerprint) -> str | None:
     if not fingerprint:
         return None
     return sha256_hex(canonical_json(_strip_volatile(fingerprint)))
+
+
+def recorded_fingerprint(fingerprint) -> dict | None:
+    """The fingerprint as a release records it (manifest key ``fingerprint``, outside the content hash): what
+    ``fingerprint_digest`` hashes, so that the digest of the record is the release's ``fingerprint_digest``;
+    playbooks/status.yml compares the host now with it field by field."""
+    return _strip_volatile(fingerprint) if fingerprint else None
+
+
+# Manifest keys outside the content hash: what the release put on the host, recorded so that a later read
+# (playbooks/status.yml) can tell drift from it. A manifest written before they existed lacks them; the next
+# deploy that reuses the release adds them (ops.prepare), and status reads such a manifest all the same.
+#   files: {units: {<unit file name>: {path, instance, sha256}},  the unit files as activated (activation.commit)
+#           env: {<instance>: {path (relative to the release), sha256 | hmac_sha256}}}
+#   fingerprint: recorded_fingerprint(...)
+EXTRA_KEYS = ("files", "fingerprint")
+
+
+def file_digest(data: bytes, salt: bytes | None = None) -> dict:
+    """{sha256: hex} of a file's bytes; {hmac_sha256: hex} keyed with the host's secret salt for a file that holds
+    secrets (an env file with an API key: a plain hash would let whoever reads the manifest test guesses)."""
+    if salt:
+        return {"hmac_sha256": hmac.new(salt, data, hashlib.sha256).hexdigest()}
+    return {"sha256": hashlib.sha256(data).hexdigest()}
+
+
+def digest_of(record: dict, data: bytes, salt: bytes | None = None) -> tuple:
+    """(recorded, found) digests of ``data`` in the kind ``record`` holds (sha256 or hmac_sha256); found is None
+    when the record holds neither or a keyed one without the salt."""
+    if record.get("hmac_sha256"):
+        return record["hmac_sha256"], (file_digest(data, salt)["hmac_sha256"] if salt else None)
+    if record.get("sha256"):
+        return record["sha256"], file_digest(data)["sha256"]
+    return None, None
 
 
 def tree_summary(tree) -> dict | None:

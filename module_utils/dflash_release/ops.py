@@ -12,6 +12,7 @@ import shutil
 from ansible.module_utils.dflash_common.secrets import load_salt, salted
 from ansible.module_utils.dflash_release.envfile import render_env_file
 from ansible.module_utils.dflash_release.journal import current_target as current_id
+from ansible.module_utils.dflash_release.journal import read_bytes
 from ansible.module_utils.dflash_release.manifest import (
     INSTANCE_NAME_RE,
     MANIFEST,
@@ -22,8 +23,10 @@ from ansible.module_utils.dflash_release.manifest import (
     build_manifest,
     content_hash,
     diff_manifests,
+    file_digest,
     instance_python_env,
     make_release_id,
+    recorded_fingerprint,
 )
 from ansible.module_utils.dflash_release.order import (
     changed_instances,
@@ -113,8 +116,46 @@ def absent_plan(cur_manifest, unit_files, flags, remove_absent=False, remove=())
     return out
 
 
+def file_records(env_texts: dict, units, salt: bytes, secret_instances, carried_units=None) -> dict:
+    """The manifest's ``files`` (manifest.EXTRA_KEYS): each env file's digest (keyed with the salt where the
+    instance has secrets) and each unit file's sha256. ``units``: [{instance, src, dest}] (dflash_units: the staged
+    files the activation puts live at dest); ``carried_units``: [{instance, dest}] of instances kept as they are
+    (their live unit file is what they run)."""
+    env = {name: dict(path=f"instances/{name}.env",
+                      **file_digest(text.encode("utf-8"), salt if name in secret_instances else None))
+           for name, text in sorted(env_texts.items())}
+    out_units = {}
+    for u in list(units or []) + list(carried_units or []):
+        data = read_bytes(u.get("src") or u["dest"])
+        if data is not None:
+            out_units[os.path.basename(u["dest"])] = dict(path=u["dest"], instance=u.get("instance"),
+                                                           **file_digest(data))
+    return {"units": out_units, "env": env}
+
+
+def record_extras(prefix: str, manifest: dict, extras: dict, check_mode=False) -> list:
+    """A reused release made before the manifest's extra keys existed gets them (old manifests stay readable;
+    this fills what is missing, never changes what is there). Returns the keys added ([] when none)."""
+    fill = {}
+    for key, value in extras.items():
+        if value is None:
+            continue
+        have = manifest.get(key)
+        if have is None:
+            fill[key] = value
+        elif isinstance(have, dict) and isinstance(value, dict):
+            missing = {k: v for k, v in value.items() if k not in have}
+            if missing:
+                fill[key] = dict(have, **missing)
+    if fill and not check_mode:
+        manifest.update(fill)
+        write_file_atomic(os.path.join(releases_dir(prefix), manifest["id"], MANIFEST),
+                          json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return sorted(fill)
+
+
 def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None,
-            secrets=None, remove_absent=False, remove=(), unit_dir=None, extra_layers=None):
+            secrets=None, remove_absent=False, remove=(), unit_dir=None, units=None, extra_layers=None):
     """Find or create the release for these inputs.  Nothing is activated here.
 
     An instance whose sglang version is not the host's runs its own version's venv and tree (the flags entry's
@@ -123,16 +164,17 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
 
     ``secrets``: {instance: {VAR: value}} written to the env file only. Instances of the current
     release that the inventory no longer has are carried over unchanged unless removal is asked for
-    (``remove_absent``, ``remove``; see absent_plan).
+    (``remove_absent``, ``remove``; see absent_plan). ``units``: [{instance, src, dest}] (dflash_units), hashed
+    into the manifest's ``files`` with the env files; the host's fingerprint is recorded beside its digest.
 
     Returns {id, path, created (bool: a new directory), previous (current id or None),
     activate (bool: current does not point at it yet), changed_instances, manifest, repaired,
-    carried, remove, swept}."""
+    recorded (extra manifest keys added to a reused release), carried, remove, swept}."""
     flags = flags or {}
     secrets = secrets or {}
     swept = [] if check_mode else sweep_staging(prefix)
     unwritable = [] if check_mode else drop_world_write(prefix)
-    salt = load_salt(prefix, create=not check_mode) if secrets else b""
+    salt = load_salt(prefix, create=not check_mode) if secrets else None
     env_texts, digest_texts = {}, {}
     release_venv = (list(layers or [])[-1:] or [{}])[0].get("path")
     for name in sorted(flags):
@@ -162,9 +204,16 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
                             f"({exc.__class__.__name__}); it is not carried into the new release")
     content = build_content(layers, tree, flags, fingerprint, digest_texts,
                             {n: list(secrets.get(n) or {}) for n in flags}, carried, extra_layers)
+    secret_instances = {n for n in flags if secrets.get(n)} | {n for n, e in carried.items() if e.get("secrets")}
+    if secret_instances and salt is None:
+        salt = load_salt(prefix, create=not check_mode)  # a carried instance's key, none in the inventory's
+    extras = {"files": file_records(env_texts, units, salt, secret_instances,
+                                    [{"instance": n, "dest": os.path.join(unit_dir, f"dflash-{n}.service")}
+                                     for n in sorted(carried)] if unit_dir else None),
+              "fingerprint": recorded_fingerprint(fingerprint)}
     chash = content_hash(content)
     reuse = find_reusable(manifests, chash)
-    result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": [],
+    result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": [], "recorded": [],
               "carried": sorted(carried), "remove": absent["remove"], "remove_unknown": absent["unknown"],
               "kept_units": absent["kept_units"], "swept": swept, "world_writable_fixed": len(unwritable)}
     if reuse:
@@ -182,12 +231,14 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
                 if target:
                     set_symlink(os.path.join(path, link), target)
         result["repaired"] = fix
+        result["recorded"] = record_extras(prefix, manifest, extras, check_mode)
     else:
         now = now or utc_now()
         rid = make_release_id(now, chash)
         manifest = build_manifest(
             content, rid, next_sequence(manifests), iso(now), revision, dirty, result["previous"]
         )
+        manifest.update({k: v for k, v in extras.items() if v is not None})
         result["created"] = True
         if not check_mode:
             write_release(prefix, manifest, env_texts)

@@ -7,8 +7,8 @@ import json
 import os
 import shutil
 
-from ansible.module_utils.dflash_release.journal import write_atomic
-from ansible.module_utils.dflash_release.manifest import MANIFEST, STATUS, ReleaseError
+from ansible.module_utils.dflash_release.journal import read_bytes, write_atomic
+from ansible.module_utils.dflash_release.manifest import MANIFEST, STATUS, ReleaseError, file_digest
 
 
 def releases_dir(prefix: str) -> str:
@@ -125,6 +125,34 @@ def verify_release_dir(prefix: str, manifest: dict, env_texts: dict) -> list:
         if target and (not os.path.islink(lp) or os.readlink(lp) != target):
             problems.append(f"{lp}: should point at {target}")
     return problems
+
+
+def record_live_units(prefix: str, release_id: str, units, gone=()) -> bool:
+    """Once an activation committed: the unit files it put live, as they are now, into the release's manifest
+    (``files.units``, manifest.EXTRA_KEYS), and the unit files of the instances it removed out of it. ``units``:
+    [{dest, instance}] of the activation's journal; ``gone``: unit file names removed. True when the manifest
+    changed."""
+    path = os.path.join(releases_dir(prefix), release_id, MANIFEST)
+    try:
+        m = read_json(path)
+    except (OSError, ValueError):
+        return False
+    recorded = ((m.get("files") or {}).get("units") or {})
+    new = dict(recorded)
+    for u in units or []:
+        data = read_bytes(u["dest"])
+        name = os.path.basename(u["dest"])
+        if data is None:
+            new.pop(name, None)
+        else:
+            new[name] = dict(path=u["dest"], instance=u.get("instance"), **file_digest(data))
+    for name in gone or ():
+        new.pop(name, None)
+    if new == recorded and "files" in m:
+        return False
+    m["files"] = dict(m.get("files") or {}, units=new)
+    write_file_atomic(path, json.dumps(m, indent=2, sort_keys=True) + "\n")
+    return True
 
 
 def utc_now() -> _dt.datetime:

@@ -110,8 +110,8 @@ def validate_fleet(hosts_instances, run_hosts=None, addresses=None, batches=None
         if len(set(gpu_counts.values())) > 1:
             errors.append(f"{', '.join(hosts)}: {label}: field 'gpus': every rank needs the same number of GPUs "
                           f"(tp = GPUs per node x nnodes), got {', '.join(f'{h} {c}' for h, c in gpu_counts.items())}")
-        # every member takes part in this run
-        if run is not None:
+        # every member takes part in this run, when one does (a run limited to other hosts leaves it alone)
+        if run is not None and run & set(hosts):
             for h, i in members:
                 if h not in run:
                     errors.append(f"{h}: {label}: field 'node_rank': rank {i.get('node_rank')!r} is on {h}, which "

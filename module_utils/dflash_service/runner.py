@@ -224,14 +224,31 @@ def group_alive(pgid):
     return False
 
 
+def started_at(pid, proc="/proc"):
+    """(ActiveEnterTimestamp, ActiveEnterTimestampMonotonic) of a runner-managed process, as systemd shows them:
+    its start in the host's local time, and in microseconds since boot (``/proc/<pid>/stat`` starttime, exact:
+    two reads of one process agree, a restart changes it). ("", 0) when it cannot be read."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="utf-8") as fh:
+            ticks = int(fh.read().rpartition(")")[2].split()[19])  # field 22: starttime, clock ticks after boot
+        with open(os.path.join(proc, "uptime"), encoding="utf-8") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return "", 0
+    since_boot = ticks / os.sysconf("SC_CLK_TCK")
+    when = time.localtime(time.time() - (uptime - since_boot))
+    return time.strftime("%a %Y-%m-%d %H:%M:%S %Z", when), int(since_boot * 1_000_000)
+
+
 def show(pidfile):
     """A `systemctl show`-like view of a runner-managed unit (no restarts: Restart= is not emulated)."""
     pid = read_pid(pidfile)
     if pid is None:
         return {"LoadState": "loaded", "ActiveState": "inactive", "SubState": "dead", "NRestarts": 0}
     if alive(pid):
+        text, mono = started_at(pid)
         return {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": 0,
-                "ExecMainPID": pid}
+                "ExecMainPID": pid, "ActiveEnterTimestamp": text, "ActiveEnterTimestampMonotonic": mono}
     return {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed", "NRestarts": 0,
             "ExecMainPID": pid}
 

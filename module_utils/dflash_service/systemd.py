@@ -18,6 +18,10 @@ SHOW_PROPERTIES = (
     "ExecMainPID",
     "ExecMainStatus",
     "ExecMainCode",
+    # when the unit last became active: the text for people, the monotonic microseconds (since boot) for comparing
+    # two reads exactly (a restart in between changes it); playbooks/status.yml shows them
+    "ActiveEnterTimestamp",
+    "ActiveEnterTimestampMonotonic",
 )
 
 
@@ -27,13 +31,14 @@ def subprocess_run(argv):
 
 
 def parse_show(text: str) -> dict:
-    """``systemctl show -p A,B unit`` output -> {A: value}; NRestarts, ExecMainPID, ExecMainStatus as int."""
+    """``systemctl show -p A,B unit`` output -> {A: value}; NRestarts, ExecMainPID, ExecMainStatus and
+    ActiveEnterTimestampMonotonic as int."""
     out = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep:
             out[key.strip()] = value.strip()
-    for key in ("NRestarts", "ExecMainPID", "ExecMainStatus"):
+    for key in ("NRestarts", "ExecMainPID", "ExecMainStatus", "ActiveEnterTimestampMonotonic"):
         if key in out:
             try:
                 out[key] = int(out[key])

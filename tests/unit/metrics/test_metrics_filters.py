@@ -3,6 +3,7 @@ filter_plugins/dflash_metrics.py, the thin wrapper the role calls them through."
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 
@@ -81,7 +82,8 @@ class _Tagged(str):
 def test_the_plugin_gives_what_the_functions_give_on_ansible_values():
     f = plugin.FilterModule().filters()
     assert set(f) == {"dflash_metrics_file_sd", "dflash_metrics_release_labels", "dflash_metrics_alert_errors",
-                      "dflash_metrics_alert_rows"}
+                      "dflash_metrics_alert_rows", "dflash_metrics_figure_sources", "dflash_metrics_record_figures",
+                      "dflash_metrics_merge_figures", "dflash_metrics_release_ids"}
     figures = [{_Tagged("host"): _Tagged("h1"), "instance": _Tagged("a"), "accept_length": 3.9},
                {"host": "h1", "instance": "zz", "tokens_per_s": (1,)}]
     fleet = {_Tagged("h1"): {"instances": ({"name": _Tagged("a")},)}}
@@ -98,3 +100,41 @@ def test_the_plugin_gives_what_the_functions_give_on_ansible_values():
     assert sd == rules.file_sd(fleet_sd)
     labelled = json.loads(f["dflash_metrics_release_labels"](_Tagged(sd), {_Tagged("h1"): _Tagged("r2")}))
     assert labelled[0]["labels"]["dflash_release"] == "r2"
+
+
+def _b64(obj):
+    return base64.b64encode(json.dumps(obj).encode()).decode()
+
+
+def test_the_figures_come_from_each_hosts_current_release():
+    fleet = {"a": {"instances": [{"name": "w"}, {"name": "quiet", "metrics": False}]},
+             "d": {"instances": [{"name": "mn", "nnodes": 2, "node_rank": 0}]},
+             "e": {"instances": [{"name": "mn", "nnodes": 2, "node_rank": 1}]}}
+    # rank 1 measures nothing; an instance without /metrics has no target to alert on
+    assert rules.figure_sources(fleet) == [["a", "w"], ["d", "mn"]]
+    passed = {"smoke": {"passed": True, "perf": {"accept_length_median": 4.571, "tokens_per_s_median": 500.0}}}
+    records = [
+        {"item": ["a", "w"], "content": _b64(passed), "encoding": "base64"},
+        # a host whose record is missing (slurp failed, failed_when: false) or that did not answer
+        {"item": ["b", "w"], "failed": False, "msg": "file not found: /opt/dflash/current/smoke/w.json"},
+        {"item": ["c", "w"], "unreachable": True},
+        # a smoke test that did not pass, and one that measured no accept length (no speculation)
+        {"item": ["d", "mn"], "content": _b64({"smoke": {"passed": False, "perf": {"tokens_per_s_median": 9}}})},
+        {"item": ["f", "plain"], "content": _b64({"smoke": {"passed": True, "perf": {
+            "accept_length_median": None, "tokens_per_s_median": 480.5}}})},
+        {"item": ["g", "w"], "content": "bm90IGpzb24="},
+    ]
+    currents = [{"item": "a", "stat": {"exists": True, "islnk": True,
+                                       "lnk_source": "/opt/dflash/releases/20261206T170211-ab12cd34"}},
+                {"item": "c", "unreachable": True}]
+    got = rules.record_figures(records, currents)
+    assert got == [{"host": "a", "instance": "w", "accept_length": 4.571, "tokens_per_s": 500.0,
+                    "release": "20261206T170211-ab12cd34"},
+                   {"host": "f", "instance": "plain", "tokens_per_s": 480.5}]
+    assert rules.release_ids(currents) == {"a": "20261206T170211-ab12cd34"}
+    # the inventory's own entry wins for its host and instance
+    mine = [{"host": "a", "instance": "w", "accept_length": 3.0}]
+    assert rules.merge_figures(got, mine) == [got[1], mine[0]]
+    assert rules.merge_figures(got, []) == got
+    f = plugin.FilterModule().filters()
+    assert f["dflash_metrics_record_figures"](records, currents) == got

@@ -145,3 +145,35 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path):
                   "dflash_metrics_alert_figures[4] (gpu-b/plain): neither accept_length nor tokens_per_s"):
         assert words in out, words
     assert not (tmp_path / "sd").exists() and not (tmp_path / "rules").exists()
+
+
+def test_the_figures_and_release_ids_come_from_each_hosts_current_release(tmp_path):
+    """The role reads gpu-a's current release (delegated, read-only): its id labels gpu-a's targets and its smoke
+    record gives the rules gpu-a/w's figures; gpu-b has nothing deployed (no figures, no label); the inventory's
+    own entry for gpu-b/w stays."""
+    prefix = tmp_path / "opt"
+    rel = prefix / "releases" / "20261206T170211-ab12cd34"
+    (rel / "smoke").mkdir(parents=True)
+    (rel / "smoke" / "w.json").write_text(json.dumps({"smoke": {"passed": True, "perf": {
+        "accept_length_median": 4.571, "tokens_per_s_median": 500.0}}}))
+    (prefix / "current").symlink_to("releases/20261206T170211-ab12cd34")
+    before = sorted((p, p.stat().st_mtime_ns) for p in prefix.rglob("*"))
+    base = {"dflash_metrics_file_sd_path": str(tmp_path / "dflash.json"),
+            "dflash_metrics_rules_path": str(tmp_path / "rules" / "dflash.rules.yml"),
+            "dflash_metrics_prometheus_service": "", "dflash_metrics_promtool": "",
+            "dflash_metrics_alert_figures": [FIGURES[1]]}
+    run = run_role(tmp_path, base, host_vars={"gpu-a": {"dflash_prefix": str(prefix)},
+                                              "gpu-b": {"dflash_prefix": str(tmp_path / "none")}})
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert sorted((p, p.stat().st_mtime_ns) for p in prefix.rglob("*")) == before  # read, never written
+    labels = {(g["labels"]["dflash_host"], g["labels"]["dflash_instance"]): g["labels"]
+              for g in json.loads((tmp_path / "dflash.json").read_text())}
+    assert labels[("gpu-a", "w")]["dflash_release"] == "20261206T170211-ab12cd34"
+    assert "dflash_release" not in labels[("gpu-b", "w")]
+    recorded = {(r["record"], r["labels"]["dflash_host"]): (r["expr"], r["labels"].get("dflash_release"))
+                for g in yaml.safe_load((tmp_path / "rules" / "dflash.rules.yml").read_text())["groups"]
+                for r in g["rules"] if "record" in r}
+    assert recorded[("dflash:release_accept_length", "gpu-a")] == ("vector(4.571)", "20261206T170211-ab12cd34")
+    assert recorded[("dflash:release_accept_length_floor", "gpu-a")][0] == "vector(3.88535)"
+    assert recorded[("dflash:release_tokens_per_s", "gpu-a")][0] == "vector(500)"
+    assert recorded[("dflash:release_accept_length", "gpu-b")] == ("vector(3)", "r1")  # the inventory's entry

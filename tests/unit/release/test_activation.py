@@ -6,6 +6,7 @@ everything else (journal, backups, unit files, the current link) is the real fil
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -116,6 +117,12 @@ def test_full_transaction_then_commit(host):
     assert journal.read_journal(host["prefix"]) is None
     assert not (host["units"] / "dflash-old.service").exists()
     assert not os.path.exists(os.path.join(host["prefix"], journal.BACKUPS))
+    # the release says which unit files it put live, as they are now (status's drift check reads them)
+    units = journal.read_manifest(host["prefix"], RID_NEW)["files"]["units"]
+    assert sorted(units) == ["dflash-keep.service", "dflash-new.service"]
+    assert units["dflash-new.service"] == {
+        "path": str(host["units"] / "dflash-new.service"), "instance": "new",
+        "sha256": hashlib.sha256(b"[Service]\nExecStart=/bin/new v2\n").hexdigest()}
 
 
 def test_revert_after_switch_puts_back_exactly_what_was(host):

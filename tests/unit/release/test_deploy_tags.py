@@ -23,6 +23,8 @@ CONFIGURE = ["Derive each instance's flags", "Take the instances that will resta
 ROUTER = ["Build, start and check the router"]
 METRICS = ["Render the file_sd targets"]
 ALWAYS = ["Check that the host answers", "Gather facts", "Finish or revert an activation"]
+SMOKE_DRAIN = "Take the instances out of the router before the smoke test restarts them"
+SMOKE_UNDRAIN = "Put the restarted instances back into the router"
 
 
 def listed(*args) -> str:
@@ -37,13 +39,17 @@ def listed(*args) -> str:
 
 
 @pytest.mark.parametrize("tags, selected, skipped", [
-    ([], ALWAYS + CHECKS + INSTALL + CONFIGURE + ROUTER + METRICS, ["Smoke-test the current release"]),
+    ([], ALWAYS + CHECKS + INSTALL + CONFIGURE + ROUTER + METRICS,
+     ["Smoke-test the current release", SMOKE_DRAIN]),
     (["--tags", "preflight"], ALWAYS + CHECKS, INSTALL + CONFIGURE + ROUTER + METRICS),
     (["--tags", "install"], ALWAYS + CHECKS + INSTALL, CONFIGURE + ROUTER + METRICS),
     (["--tags", "configure"], ALWAYS + CHECKS + INSTALL + CONFIGURE + ROUTER + METRICS, []),
     (["--tags", "router"], ALWAYS + CHECKS + ROUTER, INSTALL + CONFIGURE + METRICS),
     (["--tags", "metrics"], ALWAYS + CHECKS + METRICS, INSTALL + CONFIGURE + ROUTER),
-    (["--tags", "smoke"], ALWAYS + ["Smoke-test the current release"], CHECKS + INSTALL + CONFIGURE),
+    # the router's drain runs under the smoke tag too (when -e dflash_smoke_restart=true restarts); the undrain is
+    # the block's always: part, which --list-tasks does not show (test_the_smoke_tests_undrain_is_tagged_smoke)
+    (["--tags", "smoke"], ALWAYS + ["Smoke-test the current release", SMOKE_DRAIN],
+     CHECKS + INSTALL + CONFIGURE),
 ])
 def test_each_phase_selects_its_stages(tags, selected, skipped):
     out = listed(*tags)
@@ -75,3 +81,15 @@ def test_every_role_include_applies_its_tags_to_the_role_tasks():
                 assert wanted, f"untagged role include: {task['name']}"
                 assert set(applied) == wanted, f"{task['name']}: apply tags {applied} != {sorted(wanted)}"
     assert seen >= 14
+
+
+def test_the_smoke_tests_undrain_is_tagged_smoke():
+    plays = yaml.safe_load((ROOT / "deploy.yml").read_text())
+    smoke = next(t for t in plays[1]["tasks"] if t["name"].startswith("Smoke-test the current release on demand"))
+    assert smoke["tags"] == ["never", "smoke"]
+    undrain = smoke["always"][0]
+    assert undrain["name"].startswith(SMOKE_UNDRAIN) and undrain["when"] == "__dflash_smoke_restart"
+    assert undrain["ansible.builtin.include_role"] == {"name": "dflash_router", "tasks_from": "undrain",
+                                                      "apply": {"tags": ["smoke"]}}
+    drain = smoke["block"][0]
+    assert drain["ansible.builtin.include_role"]["tasks_from"] == "drain" and drain["when"] == "__dflash_smoke_restart"

@@ -1,6 +1,7 @@
 """Releases: ids, manifests, ordering from manifests (not mtimes), keep-N, pruning, env files."""
 
 import datetime as dt
+import hashlib
 import json
 import os
 import time
@@ -110,6 +111,55 @@ def test_first_prepare_creates_release_with_manifest_links_and_0600_env(tmp_path
     assert "DFLASH_ARGS=" in envf.read_text()
     assert res["changed_instances"] == ["main"]
     assert not list((tmp_path / "opt/releases").glob(".tmp-*"))
+
+
+def test_the_manifest_records_the_files_it_puts_on_the_host_and_the_fingerprint(tmp_path):
+    staged = tmp_path / "opt" / "units"
+    staged.mkdir(parents=True)
+    (staged / "dflash-main.service").write_text("[Service]\nExecStart=/bin/true\n")
+    units = [{"instance": "main", "src": str(staged / "dflash-main.service"),
+              "dest": "/etc/systemd/system/dflash-main.service"}]
+    res = prep(tmp_path, units=units)
+    path = tmp_path / "opt/releases" / res["id"]
+    m = json.loads((path / "manifest.json").read_text())
+    env = (path / "instances/main.env").read_bytes()
+    assert m["files"]["env"] == {"main": {"path": "instances/main.env", "sha256": hashlib.sha256(env).hexdigest()}}
+    assert m["files"]["units"] == {"dflash-main.service": {
+        "path": "/etc/systemd/system/dflash-main.service", "instance": "main",
+        "sha256": hashlib.sha256(b"[Service]\nExecStart=/bin/true\n").hexdigest()}}
+    # the fingerprint as the digest sees it (nothing volatile): the digest of the record is the release's
+    assert "memory_used_mib" not in m["fingerprint"]["gpus"][0] and m["fingerprint"]["driver_version"] == "580.159.04"
+    assert manifest.sha256_hex(manifest.canonical_json(m["fingerprint"])) == m["fingerprint_digest"]
+    # outside the content hash: the same release whatever the unit files hold
+    assert manifest.content_hash({k: v for k, v in m.items() if k in (
+        "layers", "venv", "tree", "tree_path", "instances", "fingerprint_digest")}) == m["content_hash"]
+
+
+def test_an_env_file_with_a_secret_is_recorded_keyed_with_the_hosts_salt(tmp_path):
+    res = prep(tmp_path, secrets={"main": {"DFLASH_API_KEY": "sk-lab-1"}})
+    m = res["manifest"]
+    rec = m["files"]["env"]["main"]
+    assert set(rec) == {"path", "hmac_sha256"} and "sk-lab-1" not in json.dumps(m)
+    salt = (tmp_path / "opt/.dflash-secret-salt").read_bytes()
+    env = (tmp_path / "opt/releases" / res["id"] / "instances/main.env").read_bytes()
+    assert manifest.digest_of(rec, env, salt) == (rec["hmac_sha256"], rec["hmac_sha256"])
+    assert manifest.digest_of(rec, env + b"X=1\n", salt)[1] != rec["hmac_sha256"]
+    assert manifest.digest_of(rec, env, None) == (rec["hmac_sha256"], None)
+
+
+def test_a_reused_release_from_before_the_records_gets_them_once(tmp_path):
+    first = prep(tmp_path)
+    ops.activate(str(tmp_path / "opt"), first["id"])
+    mpath = tmp_path / "opt/releases" / first["id"] / "manifest.json"
+    old = {k: v for k, v in json.loads(mpath.read_text()).items() if k not in manifest.EXTRA_KEYS}
+    mpath.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")  # as an earlier toolkit wrote it
+    check = prep(tmp_path, check_mode=True)
+    assert check["recorded"] == ["files", "fingerprint"] and "files" not in json.loads(mpath.read_text())
+    again = prep(tmp_path)
+    assert again["id"] == first["id"] and not again["created"] and again["recorded"] == ["files", "fingerprint"]
+    now = json.loads(mpath.read_text())
+    assert now["files"]["env"]["main"]["sha256"] and now["content_hash"] == old["content_hash"]
+    assert prep(tmp_path)["recorded"] == []  # recorded once: an unchanged re-run changes nothing
 
 
 def test_unchanged_rerun_reuses_release_and_reports_nothing(tmp_path):

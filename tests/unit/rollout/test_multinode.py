@@ -75,6 +75,11 @@ def test_a_rank_left_out_by_the_limit():
                        "(--limit fl-d): the ranks of a multi-node instance are deployed together; add it to the limit")]
 
 
+def test_a_limit_to_other_hosts_leaves_the_multi_node_instance_alone():
+    # deploy.yml -l fl-a (or playbooks/guard.yml -l fl-a) touches neither rank: nothing to refuse
+    assert check(good(), run=["fl-a"])["errors"] == []
+
+
 def test_ranks_in_different_batches():
     hosts = ["fl-a", "fl-d", "fl-e"]
     errors = check(good(), batches=ro.batches(hosts, [1, "25%"]), serial=[1, "25%"])["errors"]

@@ -36,6 +36,38 @@ def test_systemd_backend_commands():
     assert "--since" not in calls[-1]
 
 
+# `systemctl show -p ...,ActiveEnterTimestamp,ActiveEnterTimestampMonotonic` on systemd 252 (Debian 12): an active
+# unit, and one never started (both timestamps empty / 0)
+SHOW_ACTIVE = """LoadState=loaded
+ActiveState=active
+SubState=running
+Result=success
+NRestarts=0
+ExecMainPID=812
+ExecMainStatus=0
+ExecMainCode=0
+ActiveEnterTimestamp=Sun 2026-12-06 17:02:11 UTC
+ActiveEnterTimestampMonotonic=86403521977
+"""
+
+
+def test_systemd_state_says_when_the_unit_became_active():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, SHOW_ACTIVE, ""
+
+    st = Systemd(run).state("u")
+    assert calls[0][:3] == ["systemctl", "show", "-p"]
+    assert "ActiveEnterTimestamp" in calls[0][3].split(",") and "ActiveEnterTimestampMonotonic" in calls[0][3].split(",")
+    assert st["ActiveEnterTimestamp"] == "Sun 2026-12-06 17:02:11 UTC"
+    assert st["ActiveEnterTimestampMonotonic"] == 86403521977 and st["NRestarts"] == 0
+    never = Systemd(lambda argv: (0, "ActiveState=inactive\nActiveEnterTimestamp=\nActiveEnterTimestampMonotonic=0\n",
+                                  "")).state("u")
+    assert never == {"ActiveState": "inactive", "ActiveEnterTimestamp": "", "ActiveEnterTimestampMonotonic": 0}
+
+
 def test_systemd_state_when_systemctl_fails_and_no_journalctl():
     s = Systemd(lambda argv: (1, "", "Failed to connect to bus"), journalctl=None)
     assert s.state("u") == {"LoadState": "error", "error": "Failed to connect to bus"}
@@ -65,8 +97,14 @@ def test_runner_backend_runs_a_unit(tmp_path):
         log = r.logs("dflash-a.service", since=0)
         assert log.startswith("-- dflash-runner: starting dflash-a.service") and log.rstrip().endswith("\nfired up")
         assert r.log_source("dflash-a.service") == str(tmp_path / "logs" / "dflash-a.service.log")
+        # when it became active: two reads agree exactly, a restart changes it (playbooks/status.yml compares them)
+        first = r.state("dflash-a.service")
+        assert first["ActiveEnterTimestampMonotonic"] > 0 and first["ActiveEnterTimestamp"][:3].isalpha()
+        assert r.state("dflash-a.service")["ActiveEnterTimestampMonotonic"] == first["ActiveEnterTimestampMonotonic"]
+        time.sleep(0.05)
         out = r.restart(["dflash-a.service"])
         assert out["rc"] == 0 and r.state("dflash-a.service")["ExecMainPID"] != pid
+        assert r.state("dflash-a.service")["ActiveEnterTimestampMonotonic"] > first["ActiveEnterTimestampMonotonic"]
     finally:
         r.stop(["dflash-a.service"])
     assert not r.is_active("dflash-a.service")
