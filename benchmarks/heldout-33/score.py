@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Score the toolkit's log diagnosis and reply judge on the held-out half of issue 33's corpus.
+
+    .venv/bin/python benchmarks/heldout-33/score.py        # from the repository root
+
+The toolkit's code is imported by its one name (ansible.module_utils.<package>) from REPO's module_utils,
+as its tests do. Hang logs get the silence the wait would hand over (the process is alive and has written
+nothing for 600 s): that is what the wait knows and a log file alone does not say.
+"""
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+sys.dont_write_bytecode = True
+repo = Path(__file__).resolve().parents[2]
+import ansible.module_utils  # noqa: E402
+ansible.module_utils.__path__.append(str(repo / "module_utils"))
+from ansible.module_utils.dflash_diagnose.engine import diagnose_file  # noqa: E402
+from ansible.module_utils.dflash_release.gates_judge import judge_reply  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+idx = yaml.safe_load((ROOT / "logs" / "index.yml").read_text())["logs"]
+conf, n = Counter(), 0
+print("# logs")
+for e in idx:
+    n += 1
+    silent = 600.0 if e["kind"] == "hang" else None
+    r = diagnose_file(str(ROOT / "logs" / e["file"]), silent_seconds=silent)
+    got = r.get("cause")
+    text = " ".join(str(r.get(k, "")) for k in ("summary", "remedy")).lower()
+    hit = [w for w in (e.get("expect") or []) if str(w).lower() in text]
+    ok = got == e["cause"]
+    conf[(e["kind"], ok)] += 1
+    print(f"{'ok' if ok else 'XX'} {e['kind']:11s} label={e['cause']:22s} got={got!s:22s} "
+          f"expect {len(hit)}/{len(e.get('expect') or [])}  {e['file']}")
+    if not ok:
+        print(f"     summary: {str(r.get('summary'))[:200]}")
+right = sum(v for (k, ok), v in conf.items() if ok)
+for kind in sorted({k for k, _ in conf}):
+    print(f"  {kind:11s} right {conf[(kind, True)]:2d}  wrong {conf[(kind, False)]:2d}")
+print(f"logs: right cause {right}/{n}")
+
+ridx = yaml.safe_load((ROOT / "replies" / "index.yml").read_text())["replies"]
+rc = Counter()
+print("\n# replies")
+for e in ridx:
+    d = json.loads((ROOT / "replies" / e["file"]).read_text())
+    v = judge_reply(d.get("content"), d.get("reasoning_content"), prompt=d.get("prompt"), context=d.get("context"))
+    flagged = bool(v.get("broken")) if isinstance(v, dict) else bool(v)
+    rc[(e["label"], flagged)] += 1
+    right_v = flagged == (e["label"] == "broken")
+    print(f"{'ok' if right_v else 'XX'} {e['label']:6s} {e['kind']:22s} flagged={flagged!s:5s} {e['file']}"
+          + ("" if right_v else f"\n     verdict: {str(v)[:200]}"))
+print(f"replies: broken flagged {rc[('broken', True)]}/{rc[('broken', True)] + rc[('broken', False)]}, "
+      f"good flagged {rc[('good', True)]}/{rc[('good', True)] + rc[('good', False)]}")
