@@ -22,6 +22,7 @@ broken commits ('kv', 'state') are caught by the same checks.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import random
 import types
@@ -150,8 +151,14 @@ def stand_ins(world):
             self._oracle = Oracle.from_env()
             self._device_oracle = DeviceOracle()
             self._step_timing = StepTiming("DDTREE", ps.tp_rank)
-            self._need_mamba_verify_commit = world.hybrid
+            self._need_mamba_verify_commit = False
             self.append = Recorder()
+
+        def init_attention_backends(self):
+            # as sglang's: called once the target's attention backend exists (after the memory pools)
+            self._need_mamba_verify_commit = mambaish_config(
+                self.model_runner.model_config
+            ) is not None and hasattr(self.model_runner.attn_backend, "update_mamba_state_after_mtp_verify")
 
         @property
         def target_worker(self):
@@ -169,6 +176,10 @@ def stand_ins(world):
         def _make_next_draft_input_decode(self, *, bonus_tokens, new_seq_lens):
             return DFlashDraftInputV2(bonus_tokens, new_seq_lens)
 
+    def mambaish_config(model_config):
+        # sglang's: the model's linear-attention config (Qwen3.5, Qwen3-Next, Mamba2, ...) or None
+        return model_config.hybrid_config
+
     def apply_dflash_verify_logits_adjustments(*, next_token_logits, sampling_info, draft_token_num):
         assert next_token_logits.shape[0] == len(sampling_info) * draft_token_num
 
@@ -184,6 +195,10 @@ def stand_ins(world):
         "sglang.kernels.ops.attention": _mod("sglang.kernels.ops.attention"),
         "sglang.kernels.ops.attention.utils": _mod(
             "sglang.kernels.ops.attention.utils", create_flashinfer_kv_indices_triton=None
+        ),
+        "sglang.srt.configs": _mod("sglang.srt.configs", __path__=[]),
+        "sglang.srt.configs.hybrid_arch": _mod(
+            "sglang.srt.configs.hybrid_arch", mambaish_config=mambaish_config
         ),
         "sglang.srt.distributed": _mod(
             "sglang.srt.distributed", get_tp_group=lambda: types.SimpleNamespace(world_size=1)
@@ -308,7 +323,9 @@ class World:
         runner = types.SimpleNamespace(
             attn_backend=self.backend,
             req_to_token_pool=types.SimpleNamespace(req_to_token=self.req_to_token),
-            model_config=types.SimpleNamespace(context_len=4096, vocab_size=VOCAB),
+            model_config=types.SimpleNamespace(
+                context_len=4096, vocab_size=VOCAB, hybrid_config=types.SimpleNamespace() if hybrid else None
+            ),
             decode_cuda_graph_runner=None,
             model=None,
         )
@@ -412,10 +429,26 @@ class World:
                 assert self.kv.get(int(self.req_to_token[r, p])) == (p, seq[p]), f"request {b} position {p}"
 
 
-def make_worker(worker_cls, world):
+def construct(worker_cls, world):
     if "ps" in inspect.signature(worker_cls.__init__).parameters:  # 0.5.17
         return worker_cls(world.server_args, 0, types.SimpleNamespace(tp_rank=0), 0, world.target)
     return worker_cls(world.server_args, 0, 0, world.target)  # 0.5.23
+
+
+def make_worker(worker_cls, world):
+    """The worker as sglang's scheduler brings it up (Scheduler.init_model_worker, 0.5.17 and 0.5.23):
+    the target and draft workers are built, then the memory pools, and only then the attention backends
+    (the target's, then the draft worker's init_attention_backends). The target's ModelRunner has no
+    attn_backend attribute while the worker is built."""
+    runner = world.target.model_runner
+    backend = runner.attn_backend
+    del runner.attn_backend
+    try:
+        worker = construct(worker_cls, world)
+    finally:
+        runner.attn_backend = backend
+    worker.init_attention_backends()
+    return worker
 
 
 def run_steps(worker_cls, world, steps):
@@ -642,21 +675,111 @@ def test_server_argument_rules_keep_0_5_11s_messages(v2):
     assert v2.spec.verify_width(ok) == 16
 
 
-def test_the_worker_refuses_what_a_tree_cannot_do_before_the_draft_loads(v2):
+def test_the_worker_refuses_what_a_tree_cannot_do(v2):
+    """The budget and page-size rules in __init__, before the draft model loads; the target backend's
+    rules in init_attention_backends, once sglang has built the backend (before the CUDA graphs)."""
     world = World(1, bs=1, budget=15, topk=4, block=16)
     v2.holder.world = world
     cls = v2.worker.DDTreeWorkerV2
     world.target.model_runner.attn_backend = types.SimpleNamespace()
-    with pytest.raises(ValueError, match="Pass --attention-backend triton"):
+    with pytest.raises(
+        ValueError,
+        match="takes a tree mask in verify .*; got SimpleNamespace. Pass --attention-backend triton",
+    ):
+        make_worker(cls, world)
+    # a dense model on a backend with a linear-attention state commit: the states would not be committed
+    world.target.model_runner.attn_backend = HybridBackend()
+    with pytest.raises(
+        ValueError, match="is not a hybrid .* HybridBackend has a linear-attention state commit"
+    ):
+        make_worker(cls, world)
+
+    world = World(1, bs=1, budget=15, topk=4, block=16, hybrid=True)
+    v2.holder.world = world
+    world.target.model_runner.attn_backend = TritonAttnBackend()
+    with pytest.raises(
+        ValueError, match="is a hybrid .* TritonAttnBackend has no linear-attention state commit"
+    ):
         make_worker(cls, world)
     hybrid = HybridBackend()
     hybrid.linear_attn_backend = types.SimpleNamespace(topk=1)
     world.target.model_runner.attn_backend = hybrid
     with pytest.raises(ValueError, match="0103-ddtree-hybrid.patch"):
         make_worker(cls, world)
+    hybrid.linear_attn_backend = types.SimpleNamespace(topk=2)
+    with pytest.raises(
+        ValueError, match="SimpleNamespace does not .* Use --speculative-ddtree-mode shadow-linear"
+    ):
+        make_worker(cls, world)
+    world.server_args.speculative_ddtree_mode = "shadow-linear"  # verifies a chain: any linear kernels
+    assert make_worker(cls, world).hybrid_target
     world.server_args.speculative_ddtree_budget = 16
     with pytest.raises(ValueError, match="budget \\+ 1 must not exceed it"):
         make_worker(cls, world)
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["dense", "hybrid"])
+def test_the_worker_is_built_before_the_targets_attention_backend(v2, hybrid):
+    """sglang 0.5.17 and 0.5.23 build the spec worker before the target's attention backend
+    (Scheduler.init_model_worker: workers, memory pools, then init_all_attention_backends). On an H200,
+    DDTREE b15/k8 on a hybrid target stopped at start-up in DDTreeWorkerV2.__init__ with
+    "AttributeError: 'ModelRunner' object has no attribute 'attn_backend'"."""
+    world = World(2, bs=1, budget=15, topk=8, block=16, hybrid=hybrid)
+    v2.holder.world = world
+    runner = world.target.model_runner
+    backend = runner.attn_backend
+    del runner.attn_backend  # as sglang's ModelRunner before init_attention_backends
+    worker = construct(v2.worker.DDTreeWorkerV2, world)
+    # hybrid or not is the model's; the tree builder makes the linear kernels' links for hybrid targets
+    assert worker.hybrid_target is hybrid
+    assert (worker._tree_builder.links is not None) is hybrid
+    runner.attn_backend = backend
+    worker.init_attention_backends()
+    assert worker._need_mamba_verify_commit is hybrid
+    # the backend's refusal, now from init_attention_backends
+    runner.attn_backend = types.SimpleNamespace()
+    with pytest.raises(ValueError, match="Pass --attention-backend triton"):
+        worker.init_attention_backends()
+
+
+def _methods(path, cls):
+    tree = ast.parse(Path(path).read_text())
+    found = [c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == cls]
+    assert len(found) == 1, (path, cls)
+    return {f.name: f for f in found[0].body if isinstance(f, ast.FunctionDef)}
+
+
+def test_no_attention_backend_is_read_while_the_worker_is_built(v2):
+    """Statically, on the tree's files: DDTreeWorkerV2.__init__, DFlashWorkerV2.__init__ (as the series
+    leaves it) and every method of theirs those call read no ``attn_backend``."""
+    here = Path(v2.worker.__file__).parent
+    ddtree = _methods(here / "ddtree_worker_v2.py", "DDTreeWorkerV2")
+    dflash = _methods(here / "dflash_worker_v2.py", "DFlashWorkerV2")
+    todo = [("DDTreeWorkerV2", ddtree["__init__"])]
+    seen = set()
+    while todo:
+        owner, fn = todo.pop()
+        if (owner, fn.name) in seen:
+            continue
+        seen.add((owner, fn.name))
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute):
+                assert node.attr != "attn_backend", f"{owner}.{fn.name} line {node.lineno} reads attn_backend"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                target = node.func.value
+                if isinstance(target, ast.Call) and getattr(target.func, "id", None) == "super":
+                    todo.append(("DFlashWorkerV2", dflash[node.func.attr]))
+                elif isinstance(target, ast.Name) and target.id == "self":
+                    name = node.func.attr
+                    if owner == "DDTreeWorkerV2" and name in ddtree:
+                        todo.append(("DDTreeWorkerV2", ddtree[name]))
+                    elif name in dflash:
+                        todo.append(("DFlashWorkerV2", dflash[name]))
+    assert ("DFlashWorkerV2", "__init__") in seen and len(seen) > 2
+    # the checks moved, not lost: init_attention_backends reads the target's backend after super()'s
+    body = ddtree["init_attention_backends"].body
+    first = body[0].value if isinstance(body[0], ast.Expr) else None
+    assert isinstance(first, ast.Call) and first.func.attr == "init_attention_backends"
 
 
 def test_the_captured_target_verify_carries_the_tree_mask(v2):
