@@ -65,6 +65,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.disk import os_error_message
+from ansible.module_utils.dflash_common.hostlock import LockError, fence
 from ansible.module_utils.dflash_release.activation import (
     begin,
     commit,
@@ -117,6 +118,8 @@ def main():
     service = backend(p["service_manager"], run=module.run_command, unit_dir=p["unit_dir"], run_dir=p["run_dir"])
     try:
         action = p["action"]
+        if not check and action in ("begin", "install", "switch", "commit", "revert", "finish"):
+            fence()  # this run's host lock: refreshed, or the step refused when another run holds the host
         if action == "begin":
             rid = p["release_id"]
             manifest = read_manifest(prefix, rid)
@@ -151,7 +154,7 @@ def main():
                              release_status=status.get("status"), swept=swept)
         if action == "serving":
             module.exit_json(changed=False, **serving(prefix, service))
-    except ActivationError as exc:
+    except (ActivationError, LockError) as exc:
         module.fail_json(msg=f"{where}{exc}")
     except OSError as exc:
         module.fail_json(msg=f"{where}{os_error_message(exc, prefix)}")

@@ -50,6 +50,7 @@ removed_tmp: {description: Leftover .tmp build directories removed., returned: e
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_common.hostlock import Heartbeat, LockError, fence
 from ansible.module_utils.dflash_layers.build import (
     LayerBuilder,
     LayerError,
@@ -122,8 +123,11 @@ def main():
     builder = LayerBuilder(p["prefix"], p["uv"], check_mode=module.check_mode, cache_dir=p["cache_dir"],
                            compile_bytecode=p["compile_bytecode"], build_timeout=p["build_timeout"])
     try:
-        items, changed, stale = builder.ensure(p["layers"], p["wheel_locks"], p["wheelhouse"])
-    except LayerError as exc:
+        if not module.check_mode:
+            fence()  # this run's host lock: refreshed, or the build refused when another run holds the host
+        with Heartbeat():  # a build takes minutes: the lock stays fresh meanwhile
+            items, changed, stale = builder.ensure(p["layers"], p["wheel_locks"], p["wheelhouse"])
+    except (LayerError, LockError) as exc:
         module.fail_json(msg=str(exc), commands=builder.log)
     built = {i["name"]: {k: i.get(k) for k in ("installed", "from_parent", "bytes", "build_seconds")}
              for i in items if i.get("changed")}

@@ -65,6 +65,7 @@ releases: {description: Releases oldest first., type: list, returned: list}
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.disk import os_error_message
+from ansible.module_utils.dflash_common.hostlock import LockError, fence
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import (
     activate,
@@ -110,6 +111,8 @@ def main():
     prefix, check = p["prefix"], module.check_mode
     where = (p["host"] + ": ") if p["host"] else ""
     try:
+        if not check and p["action"] in ("prepare", "activate", "deactivate", "mark", "rollback", "prune"):
+            fence()  # this run's host lock: refreshed, or the step refused when another run holds the host
         if p["action"] == "prepare":
             res = prepare(prefix, p["layers"], p["tree"], p["flags"], p["fingerprint"], p["revision"], p["dirty"],
                           host=p["host"] or "host", check_mode=check, secrets=p["secrets"],
@@ -130,7 +133,7 @@ def main():
         if p["action"] == "prune":
             res = prune(prefix, p["keep"], p["protect"], check_mode=check)
             module.exit_json(**res)
-    except ReleaseError as exc:
+    except (ReleaseError, LockError) as exc:
         module.fail_json(msg=f"{where}{exc}")
     except OSError as exc:
         module.fail_json(msg=f"{where}{os_error_message(exc, prefix)}")

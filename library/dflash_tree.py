@@ -53,6 +53,7 @@ removed: {description: Tree directories removed, returned: prune, type: list}
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_common.hostlock import Heartbeat, LockError, fence
 from ansible.module_utils.dflash_tree.common import TreeError
 from ansible.module_utils.dflash_tree.disk import (
     close_plan,
@@ -168,7 +169,10 @@ def main():
                     msg=f"the host computes tree {m['name']} ({m['hash']}) but the controller planned "
                     f"{p['name']} ({p['hash']}): the wheel or the patches differ between them"
                 )
-            result = ensure_tree(plan, p["trees_dir"], check_mode=module.check_mode)
+            if not module.check_mode:
+                fence()  # this run's host lock: refreshed, or the build refused when another run holds the host
+            with Heartbeat():
+                result = ensure_tree(plan, p["trees_dir"], check_mode=module.check_mode)
         finally:
             close_plan(plan)
         module.exit_json(
@@ -178,6 +182,8 @@ def main():
             manifest=result["manifest"],
             leftovers_removed=result["leftovers_removed"],
         )
+    except LockError as e:
+        module.fail_json(msg=str(e))
     except TreeError as e:
         module.fail_json(
             msg=str(e),
