@@ -16,15 +16,17 @@ description:
     smoke test) does the removals and deletes the journal.
   - C(revert) puts unit files and C(current) back and stops the instances new in the release; it returns
     the instances to restart and smoke-test; C(finish) then deletes the journal.
-  - C(recover) says what an unfinished journal needs (C(none), C(commit) or C(revert)); C(serving) checks
-    what serves now (unit state and C(/health) of every instance of the current release).
+  - C(recover) says what an unfinished journal needs (C(none), C(commit) or C(revert)); C(inspect) reads the
+    host against C(current) (its smoke verdict, which release each instance's process runs, a manifest that
+    cannot be read) and says what to restart and smoke-test; C(serving) checks what serves now (unit state and
+    C(/health) of every instance of the current release).
   - Logic lives in C(module_utils/dflash_release/activation.py).
 options:
   action:
     description: The step.
     type: str
     required: true
-    choices: [begin, install, switch, commit, revert, finish, recover, serving]
+    choices: [begin, install, switch, commit, revert, finish, recover, inspect, serving]
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   release_id: {description: The release being activated (begin, install, switch, commit)., type: str}
   units:
@@ -57,7 +59,8 @@ EXAMPLES = r"""
 RETURN = r"""
 journal: {description: The journal written by begin., type: dict, returned: begin}
 restart: {description: Instances to restart and smoke-test (begin, revert)., type: list, returned: begin, revert}
-decision: {description: none, commit or revert (recover)., type: str, returned: recover}
+decision: {description: "none, commit or revert (recover); none or smoke (inspect).", type: str,
+           returned: recover, inspect}
 lines: {description: What serves, one line per instance, checked (serving)., type: list, returned: serving}
 """
 
@@ -77,6 +80,7 @@ from ansible.module_utils.dflash_release.activation import (
     switch,
     unit_of,
 )
+from ansible.module_utils.dflash_release.hoststate import inspect
 from ansible.module_utils.dflash_release.journal import (
     ActivationError,
     boot_time,
@@ -95,7 +99,8 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "action": {"type": "str", "required": True,
-                       "choices": ["begin", "install", "switch", "commit", "revert", "finish", "recover", "serving"]},
+                       "choices": ["begin", "install", "switch", "commit", "revert", "finish", "recover", "inspect",
+                                   "serving"]},
             "prefix": {"type": "path", "default": "/opt/dflash"},
             "release_id": {"type": "str"},
             "units": {"type": "list", "elements": "dict", "default": []},
@@ -152,6 +157,8 @@ def main():
             module.exit_json(changed=bool(swept), decision=decision, journal=journal,
                              description=describe(journal) if journal else "",
                              release_status=status.get("status"), swept=swept)
+        if action == "inspect":
+            module.exit_json(changed=False, **inspect(prefix, service))
         if action == "serving":
             module.exit_json(changed=False, **serving(prefix, service))
     except (ActivationError, LockError) as exc:

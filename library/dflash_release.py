@@ -36,6 +36,8 @@ options:
   keep: {description: Releases to keep for prune., type: int, default: 5}
   protect: {description: Release ids prune must keep., type: list, elements: str}
   rollback_to: {description: Release id for rollback_plan (default the previous healthy one)., type: str}
+  healthy_only: {description: "rollback_plan: only a release whose smoke test passed (not one never tested).",
+                 type: bool, default: false}
   host: {description: Host name used in messages., type: str, default: ''}
   secrets:
     description: "{instance: {VAR: value}}: API keys and credential variables, written to the instance's
@@ -98,6 +100,7 @@ def main():
             "keep": {"type": "int", "default": 5},
             "protect": {"type": "list", "elements": "str", "default": []},
             "rollback_to": {"type": "str"},
+            "healthy_only": {"type": "bool", "default": False},
             "host": {"type": "str", "default": ""},
             "secrets": {"type": "dict", "no_log": True},
             "remove_absent": {"type": "bool", "default": False},
@@ -129,7 +132,7 @@ def main():
         if p["action"] == "rollback":
             module.exit_json(**rollback(prefix, p["rollback_to"], check_mode=check))
         if p["action"] == "rollback_plan":
-            module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"]))
+            module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"], p["healthy_only"]))
         if p["action"] == "prune":
             res = prune(prefix, p["keep"], p["protect"], check_mode=check)
             module.exit_json(**res)

@@ -23,12 +23,16 @@ import json
 import os
 import shutil
 import sys
+import time as _time
 
 from ansible.module_utils.dflash_service.systemd import Systemd, subprocess_run
 
 SCHEMA = 1
 JOURNAL = "activation.json"
 BACKUPS = "activation"
+# every move of ``current`` (JSON lines {at, from, to, by}): which release was current when a process started
+HISTORY = "current.history"
+HISTORY_KEEP = 500
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 STATES = ("begun", "units", "current", "committing", "reverting", "reverted-at-boot")
 GUARD_UNIT = "dflash-guard.service"
@@ -151,13 +155,30 @@ def current_target(prefix: str) -> str | None:
     return os.path.basename(os.path.normpath(os.readlink(link)))
 
 
-def point_current(prefix: str, release_id: str | None) -> bool:
-    """``current`` -> releases/<id> (atomic rename), or removed for None. True when it changed."""
+def record_switch(prefix: str, old: str | None, new: str | None, by: str, now: float | None = None) -> None:
+    """Append a move of ``current`` to ``<prefix>/current.history`` (the last HISTORY_KEEP kept): recovery reads
+    from it which release was current when a running process started (dflash_release/hoststate.py)."""
+    path = os.path.join(prefix, HISTORY)
+    line = json.dumps({"at": now if now is not None else _time.time(), "from": old, "to": new, "by": by},
+                      sort_keys=True)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        lines = []
+    write_atomic(path, ("\n".join((lines + [line])[-HISTORY_KEEP:]) + "\n").encode(), 0o644)
+
+
+def point_current(prefix: str, release_id: str | None, by: str = "switch") -> bool:
+    """``current`` -> releases/<id> (atomic rename), or removed for None. True when it changed (and recorded in
+    ``current.history``, ``by`` saying what moved it)."""
     link = os.path.join(prefix, "current")
     if release_id is None:
         if os.path.islink(link):
+            old = current_target(prefix)
             os.unlink(link)
             _fsync_dir(prefix)
+            record_switch(prefix, old, None, by)
             return True
         return False
     target = os.path.join("releases", release_id)
@@ -167,12 +188,14 @@ def point_current(prefix: str, release_id: str | None) -> bool:
         return False
     if os.path.exists(link) and not os.path.islink(link):
         raise ActivationError(f"{link} exists and is not a symlink; refusing to replace it")
+    old = current_target(prefix)
     tmp = os.path.join(prefix, f".tmp-current-{os.getpid()}")
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(target, tmp)
     os.replace(tmp, link)
     _fsync_dir(prefix)
+    record_switch(prefix, old, release_id, by)
     return True
 
 
@@ -193,7 +216,7 @@ def _drop(prefix):
     _fsync_dir(prefix)
 
 
-def restore_files(prefix, j, backend):
+def restore_files(prefix, j, backend, by="revert"):
     """Unit files and ``current`` as they were before the journal's activation. -> the units it
     changed back. Idempotent: a second run (interrupted revert) finds nothing left to do."""
     restored = []
@@ -216,7 +239,7 @@ def restore_files(prefix, j, backend):
     prev = j.get("previous")
     if prev and not os.path.isfile(os.path.join(prefix, "releases", prev, "manifest.json")):
         prev = None  # pruned or broken: nothing to point at
-    point_current(prefix, prev)
+    point_current(prefix, prev, by)
     return restored
 
 
@@ -298,7 +321,7 @@ def boot_guard(prefix, backend, boot=None, now=None) -> str:
         return f"{describe(j)}: already reverted at an earlier boot; the next deploy run finishes it"
     if decide(j, release_status(prefix, j["release"])) == "commit":
         return f"{describe(j)}: its release passed the smoke test; left current, the next deploy run commits it"
-    restored = restore_files(prefix, j, backend)
+    restored = restore_files(prefix, j, backend, by="boot-guard")
     write_journal(prefix, j, "reverted-at-boot", now)
     return (f"{describe(j)}: reverted at boot: current -> {current_target(prefix) or 'none'}; unit files put back: "
             f"{', '.join(restored) or 'none'}; the next deploy run restarts, checks and finishes it")

@@ -12,6 +12,7 @@ import shutil
 from ansible.module_utils.dflash_common.secrets import load_salt, salted
 from ansible.module_utils.dflash_release.envfile import render_env_file
 from ansible.module_utils.dflash_release.journal import current_target as current_id
+from ansible.module_utils.dflash_release.journal import record_switch
 from ansible.module_utils.dflash_release.manifest import (
     INSTANCE_NAME_RE,
     MANIFEST,
@@ -212,6 +213,7 @@ def activate(prefix: str, release_id: str, check_mode=False) -> dict:
         return {"changed": False, "previous": before, "current": release_id}
     if not check_mode:
         set_symlink(os.path.join(prefix, "current"), os.path.join("releases", release_id))
+        record_switch(prefix, before, release_id, "activate")
     return {"changed": True, "previous": before, "current": release_id}
 
 
@@ -223,6 +225,7 @@ def deactivate(prefix: str, check_mode=False) -> dict:
         return {"changed": False, "previous": None, "current": None}
     if not check_mode:
         os.unlink(link)
+        record_switch(prefix, before, None, "deactivate")
     return {"changed": True, "previous": before, "current": None}
 
 
@@ -271,12 +274,12 @@ def listing(prefix: str) -> dict:
     return {"releases": rows, "current": cur, "problems": problems, "lines": lines}
 
 
-def plan_rollback(prefix: str, rollback_to: str | None = None) -> dict:
+def plan_rollback(prefix: str, rollback_to: str | None = None, healthy_only: bool = False) -> dict:
     manifests, problems = load_releases(prefix)
     by_id = {m["id"]: m for m in manifests}
     cur = current_id(prefix)
     statuses = load_statuses(prefix, list(by_id))
-    target = rollback_target(manifests, statuses, cur, rollback_to)
+    target = rollback_target(manifests, statuses, cur, rollback_to, healthy_only)
     cur_m = by_id.get(cur)
     return {
         "current": cur,
