@@ -29,8 +29,13 @@ options:
     choices: [begin, install, switch, commit, revert, finish, recover, inspect, serving]
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   release_id: {description: The release being activated (begin, install, switch, commit)., type: str}
+  manifest:
+    description: The release's manifest when it is not on disk (begin in check mode, from dflash_release prepare).
+    type: dict
   units:
-    description: Staged unit files ({dest, src, instance}) the release needs live (begin).
+    description: >-
+      Staged unit files ({dest, src, instance}) the release needs live (begin); in check mode with C(content),
+      what would be staged.
     type: list
     elements: dict
     default: []
@@ -104,6 +109,7 @@ def main():
             "prefix": {"type": "path", "default": "/opt/dflash"},
             "release_id": {"type": "str"},
             "units": {"type": "list", "elements": "dict", "default": []},
+            "manifest": {"type": "dict"},
             "changed": {"type": "list", "elements": "str", "default": []},
             "restart_all": {"type": "bool", "default": False},
             "remove": {"type": "list", "elements": "dict", "default": []},
@@ -128,17 +134,19 @@ def main():
         if action == "begin":
             rid = p["release_id"]
             manifest = read_manifest(prefix, rid)
+            if not manifest and check:
+                manifest = p["manifest"] or {}  # a release a check-mode run would create is not on disk
             if not manifest and not check:
                 module.fail_json(msg=f"{where}release {rid}: {prefix}/releases/{rid}/manifest.json not found")
             names = sorted(manifest.get("instances") or {})
             not_running = [n for n in names if not service.is_active(unit_of(n, manifest["instances"][n]))]
             the_plan = plan(prefix, rid, names, p["units"], p["changed"], not_running, p["restart_all"],
-                            p["remove"], read_manifest(prefix, current_target(prefix)))
+                            p["remove"], read_manifest(prefix, current_target(prefix)), manifest=manifest)
             journal = begin(prefix, rid, the_plan, service, host=p["host"], controller=p["controller"],
                             check_mode=check)
             module.exit_json(changed=not journal["noop"], journal=journal, restart=the_plan["restart"],
                              stop_first=the_plan["stop_first"], not_running=not_running,
-                             units_changed=[u["dest"] for u in journal["units"]])
+                             units_changed=[u["dest"] for u in journal["units"]], diff=the_plan["diff"])
         if action == "install":
             module.exit_json(**install(prefix, p["release_id"], service, check_mode=check))
         if action == "switch":

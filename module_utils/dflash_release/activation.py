@@ -55,33 +55,38 @@ def unit_of(name: str, entry: dict | None = None) -> str:
 
 
 def plan(prefix, release_id, names, units, changed, not_running, restart_all=False, remove=(),
-         previous=None):
+         previous=None, manifest=None):
     """What an activation of ``release_id`` does, from facts only (pure).
 
-    names: instances of the new release; units: [{dest, src, instance}] the staged unit files;
-    changed: instances whose release content differs from current; not_running: instances not
-    active now; remove: [{instance, unit, stage_unit}] removals asked for (done at commit);
-    previous: the current release's manifest ({} on a first deploy).
-    -> {restart, stop_first, units: [{dest, src, instance, change}], remove}"""
+    names: instances of the new release; units: [{dest, src, instance, content?}] the staged unit files
+    (``content``: what would be staged, in check mode, where nothing is written); changed: instances whose
+    release content differs from current; not_running: instances not active now; remove: [{instance, unit,
+    stage_unit}] removals asked for (done at commit); previous: the current release's manifest ({} on a first
+    deploy); manifest: the new release's (a check-mode run's release is not on disk).
+    -> {restart, stop_first, units: [{dest, src, instance, change}], remove, diff: [unit file diffs]}"""
     names = sorted(names)
     staged = []
     unit_changed = set()
+    diff = []
     for u in units or []:
-        new = read_bytes(u["src"])
+        new = u["content"].encode("utf-8") if u.get("content") is not None else read_bytes(u["src"])
         if new is None:
             raise ActivationError(f"staged unit {u['src']} is missing (the instances stage did not run?)")
         old = read_bytes(u["dest"])
         change = "same" if old == new else ("new" if old is None else "update")
-        staged.append(dict(u, change=change))
+        staged.append({k: v for k, v in u.items() if k != "content"} | {"change": change})
         if change != "same" and u.get("instance"):
             unit_changed.add(u["instance"])
+        if change != "same":
+            diff.append({"before_header": u["dest"], "after_header": f"{u['dest']} (this release's unit)",
+                         "before": (old or b"").decode("utf-8", "replace"), "after": new.decode("utf-8", "replace")})
     base = set(names) if restart_all else (set(changed) | unit_changed | set(not_running))
     restart = sorted(base & set(names))
     # an instance of the current release that leaves (removed, or renamed) and whose port an instance
     # being started takes must stop before that one starts; it is started again on revert
     prev = (previous or {}).get("instances") or {}
     new_ports = {}
-    new_manifest = read_manifest(prefix, release_id).get("instances") or {}
+    new_manifest = (manifest or read_manifest(prefix, release_id)).get("instances") or {}
     for n in restart:
         port = instance_address(new_manifest.get(n) or {})[0]
         if port:
@@ -93,7 +98,7 @@ def plan(prefix, release_id, names, units, changed, not_running, restart_all=Fal
         port = instance_address(entry)[0]
         if port in new_ports:
             stop_first.append({"instance": n, "unit": unit_of(n, entry), "port": port, "for": new_ports[port]})
-    return {"restart": restart, "stop_first": stop_first, "units": staged, "remove": list(remove or [])}
+    return {"restart": restart, "stop_first": stop_first, "units": staged, "remove": list(remove or []), "diff": diff}
 
 
 def begin(prefix, release_id, the_plan, backend, host="", controller="", check_mode=False, now=None, boot=None):

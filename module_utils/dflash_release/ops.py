@@ -10,7 +10,7 @@ import re
 import shutil
 
 from ansible.module_utils.dflash_common.secrets import load_salt, salted
-from ansible.module_utils.dflash_release.envfile import render_env_file
+from ansible.module_utils.dflash_release.envfile import env_changes, masked_env_text, render_env_file
 from ansible.module_utils.dflash_release.journal import current_target as current_id
 from ansible.module_utils.dflash_release.journal import record_switch
 from ansible.module_utils.dflash_release.manifest import (
@@ -113,6 +113,49 @@ def absent_plan(cur_manifest, unit_files, flags, remove_absent=False, remove=())
     return out
 
 
+def _runtime_text(m) -> str:
+    m = m or {}
+    return (f"venv: {m.get('venv')}\ntree: {m.get('tree_path')}\nsglang: {(m.get('tree') or {}).get('sglang_version')}\n"
+            f"fingerprint: {m.get('fingerprint_digest')}\n")
+
+
+def release_changes(prefix, cur, cur_manifest, manifest, env_texts) -> tuple[list, list]:
+    """What switching from ``cur`` to ``manifest`` changes: (lines in words, diffs for Ansible's --diff). The
+    env files are compared as the hosts has them (secret values masked, a changed secret said by name)."""
+    rid = manifest["id"]
+    lines = [ln for ln in diff_manifests(cur_manifest, manifest) if not ln.startswith("instance ")]
+    diff = []
+    if cur_manifest and _runtime_text(cur_manifest) != _runtime_text(manifest):
+        diff.append({"before_header": f"release {cur} (venv, tree, host)", "after_header": f"release {rid}",
+                     "before": _runtime_text(cur_manifest), "after": _runtime_text(manifest)})
+    old_inst = (cur_manifest or {}).get("instances") or {}
+    for name, entry in sorted((manifest.get("instances") or {}).items()):
+        if entry.get("carried") or name not in env_texts:
+            continue
+        old_text = None
+        if name in old_inst:
+            try:
+                with open(os.path.join(releases_dir(prefix), cur, "instances", name + ".env"), encoding="utf-8") as fh:
+                    old_text = fh.read()
+            except OSError:
+                old_text = None
+        words, secrets_changed = env_changes(old_text, env_texts[name])
+        if name not in old_inst:
+            words = ["new"] + words
+        elif old_inst[name].get("digest") != entry.get("digest") and not words:
+            words = ["runtime (venv/tree) changed"]
+        if words:
+            lines.append(f"instance {name}: " + "; ".join(words))
+        if old_text != env_texts[name]:
+            diff.append({"before_header": f"{cur}/instances/{name}.env" if old_text is not None else "(none)",
+                         "after_header": f"{rid}/instances/{name}.env",
+                         "before": masked_env_text(old_text or "", secrets_changed),
+                         "after": masked_env_text(env_texts[name], secrets_changed)})
+    for name in sorted(set(old_inst) - set(manifest.get("instances") or {})):
+        lines.append(f"instance {name}: not in {rid}")
+    return lines, diff
+
+
 def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None,
             secrets=None, remove_absent=False, remove=(), unit_dir=None):
     """Find or create the release for these inputs.  Nothing is activated here.
@@ -188,6 +231,9 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
             write_release(prefix, manifest, env_texts)
     if cur == rid:
         result["previous"] = manifest.get("previous")
+        result["changes"], result["diff"] = [], []
+    else:
+        result["changes"], result["diff"] = release_changes(prefix, cur, cur_manifest, manifest, env_texts)
     result.update(
         status=(load_statuses(prefix, [rid]).get(rid) or {}).get("status", "unknown"),
         id=rid,
