@@ -146,7 +146,8 @@ def main():
                             check_mode=check)
             module.exit_json(changed=not journal["noop"], journal=journal, restart=the_plan["restart"],
                              stop_first=the_plan["stop_first"], not_running=not_running,
-                             units_changed=[u["dest"] for u in journal["units"]], diff=the_plan["diff"])
+                             units_changed=[u["dest"] for u in journal["units"]], diff=the_plan["diff"],
+                             drifted=the_plan["drifted"])
         if action == "install":
             module.exit_json(**install(prefix, p["release_id"], service, check_mode=check))
         if action == "switch":

@@ -40,7 +40,10 @@ from ansible.module_utils.dflash_release.journal import (
     read_bytes,
     read_journal,
     read_manifest,
+    read_unit_record,
+    record_units,
     restore_files,
+    unit_drifted,
     write_atomic,
     write_journal,
 )
@@ -68,13 +71,16 @@ def plan(prefix, release_id, names, units, changed, not_running, restart_all=Fal
     staged = []
     unit_changed = set()
     diff = []
+    record = read_unit_record(prefix)
     for u in units or []:
         new = u["content"].encode("utf-8") if u.get("content") is not None else read_bytes(u["src"])
         if new is None:
             raise ActivationError(f"staged unit {u['src']} is missing (the instances stage did not run?)")
         old = read_bytes(u["dest"])
         change = "same" if old == new else ("new" if old is None else "update")
-        staged.append({k: v for k, v in u.items() if k != "content"} | {"change": change})
+        # edited on the host since the toolkit put it there: said, put back, its instance restarted
+        drifted = change == "update" and unit_drifted(prefix, u["dest"], record)
+        staged.append({k: v for k, v in u.items() if k != "content"} | {"change": change, "drifted": drifted})
         if change != "same" and u.get("instance"):
             unit_changed.add(u["instance"])
         if change != "same":
@@ -98,7 +104,9 @@ def plan(prefix, release_id, names, units, changed, not_running, restart_all=Fal
         port = instance_address(entry)[0]
         if port in new_ports:
             stop_first.append({"instance": n, "unit": unit_of(n, entry), "port": port, "for": new_ports[port]})
-    return {"restart": restart, "stop_first": stop_first, "units": staged, "remove": list(remove or []), "diff": diff}
+    drifted = [{"dest": u["dest"], "instance": u.get("instance")} for u in staged if u["drifted"]]
+    return {"restart": restart, "stop_first": stop_first, "units": staged, "remove": list(remove or []), "diff": diff,
+            "drifted": drifted}
 
 
 def begin(prefix, release_id, the_plan, backend, host="", controller="", check_mode=False, now=None, boot=None):
@@ -134,7 +142,13 @@ def begin(prefix, release_id, the_plan, backend, host="", controller="", check_m
         journal["units"].append(rec)
     journal["noop"] = not (journal["units"] or journal["restart"] or journal["stop_first"] or journal["remove"]
                            or previous != release_id)
-    if check_mode or journal["noop"]:
+    if check_mode:
+        return journal
+    # the unit files that stay as they are: what the toolkit wants there (a later hand edit is told apart)
+    same = [u["dest"] for u in the_plan["units"] if u["change"] == "same"]
+    if any(unit_drifted(prefix, d) or d not in read_unit_record(prefix) for d in same):
+        record_units(prefix, same)
+    if journal["noop"]:
         return journal  # nothing will change: no journal on the host (an unchanged re-run stays unchanged)
     if journal["units"]:
         os.makedirs(bdir, mode=0o700, exist_ok=True)
@@ -171,6 +185,7 @@ def install(prefix, release_id, backend, check_mode=False, now=None):
     if j["units"]:
         backend.reload()
         backend.enable([os.path.basename(u["dest"]) for u in j["units"]])
+        record_units(prefix, [u["dest"] for u in j["units"]])
     write_journal(prefix, j, "units", now)
     return {"changed": bool(changed), "units": [u["dest"] for u in changed]}
 
@@ -188,7 +203,7 @@ def switch(prefix, release_id, backend, check_mode=False, now=None):
             "previous": j["previous"]}
 
 
-def _remove_instance(item, unit_dir, backend, cache_root="/var/cache/dflash", staged_dir=None):
+def _remove_instance(item, unit_dir, backend, cache_root="/var/cache/dflash", staged_dir=None, prefix=None):
     units = [item["unit"]] + ([f"dflash-stage-{item['instance']}.service"] if item.get("stage_unit") else [])
     backend.stop(units)
     backend.disable(units)
@@ -196,6 +211,8 @@ def _remove_instance(item, unit_dir, backend, cache_root="/var/cache/dflash", st
         for d in (unit_dir, staged_dir):
             if d and os.path.lexists(os.path.join(d, u)):
                 os.unlink(os.path.join(d, u))
+    if unit_dir and prefix:
+        record_units(prefix, [os.path.join(unit_dir, u) for u in units])
     shutil.rmtree(os.path.join(cache_root, item["instance"]), ignore_errors=True)
     return units
 
@@ -209,7 +226,7 @@ def commit(prefix, release_id, backend, unit_dir, check_mode=False, cache_root="
         return {"changed": True, "removed": removed}
     write_journal(prefix, j, "committing", now)
     for item in j["remove"]:
-        _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"))
+        _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"), prefix)
     if j["remove"]:
         backend.reload()
     _drop(prefix)

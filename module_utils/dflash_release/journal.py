@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
@@ -33,6 +34,8 @@ BACKUPS = "activation"
 # every move of ``current`` (JSON lines {at, from, to, by}): which release was current when a process started
 HISTORY = "current.history"
 HISTORY_KEEP = 500
+# {unit file path: sha256 of what the toolkit last put there}: a unit file that differs was edited on the host
+UNIT_RECORD = "units.installed.json"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 STATES = ("begun", "units", "current", "committing", "reverting", "reverted-at-boot")
 GUARD_UNIT = "dflash-guard.service"
@@ -155,6 +158,43 @@ def current_target(prefix: str) -> str | None:
     return os.path.basename(os.path.normpath(os.readlink(link)))
 
 
+def _sha256(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def read_unit_record(prefix: str) -> dict:
+    try:
+        with open(os.path.join(prefix, UNIT_RECORD), encoding="utf-8") as fh:
+            rec = json.load(fh)
+        return rec if isinstance(rec, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def record_units(prefix: str, dests) -> None:
+    """Remember what the unit files ``dests`` hold now (the toolkit just wrote or checked them); a file that is
+    gone is forgotten."""
+    dests = list(dests or [])
+    if not dests or not os.path.isdir(prefix):
+        return
+    rec = read_unit_record(prefix)
+    for d in dests:
+        digest = _sha256(read_bytes(d))
+        if digest is None:
+            rec.pop(d, None)
+        else:
+            rec[d] = digest
+    write_atomic(os.path.join(prefix, UNIT_RECORD), (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+
+
+def unit_drifted(prefix: str, dest: str, record: dict | None = None) -> bool:
+    """Whether the unit file ``dest`` differs from what the toolkit last put there (edited by hand). Unknown (no
+    record yet, e.g. installed by an older version) counts as not."""
+    rec = (record if record is not None else read_unit_record(prefix)).get(dest)
+    live = read_bytes(dest)
+    return rec is not None and live is not None and _sha256(live) != rec
+
+
 def record_switch(prefix: str, old: str | None, new: str | None, by: str, now: float | None = None) -> None:
     """Append a move of ``current`` to ``<prefix>/current.history`` (the last HISTORY_KEEP kept): recovery reads
     from it which release was current when a running process started (dflash_release/hoststate.py)."""
@@ -236,6 +276,7 @@ def restore_files(prefix, j, backend, by="revert"):
     if j["units"]:
         backend.reload()
         backend.enable([os.path.basename(u["dest"]) for u in j["units"] if u["existed"] and u["enabled"]])
+        record_units(prefix, [u["dest"] for u in j["units"]])
     prev = j.get("previous")
     if prev and not os.path.isfile(os.path.join(prefix, "releases", prev, "manifest.json")):
         prev = None  # pruned or broken: nothing to point at

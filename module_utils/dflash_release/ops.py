@@ -3,6 +3,7 @@ the plan for instances absent from the inventory."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import glob
 import json
 import os
@@ -11,6 +12,7 @@ import shutil
 
 from ansible.module_utils.dflash_common.secrets import load_salt, salted
 from ansible.module_utils.dflash_release.envfile import env_changes, masked_env_text, render_env_file
+from ansible.module_utils.dflash_release.hoststate import read_manifest_strict
 from ansible.module_utils.dflash_release.journal import current_target as current_id
 from ansible.module_utils.dflash_release.journal import record_switch
 from ansible.module_utils.dflash_release.manifest import (
@@ -202,6 +204,12 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
                             {n: list(secrets.get(n) or {}) for n in flags}, carried)
     chash = content_hash(content)
     reuse = find_reusable(manifests, chash)
+    repairs, restart_repaired = [], []
+    if cur and cur_manifest is None:
+        _m, why = read_manifest_strict(prefix, cur)
+        repairs.append(f"current release {cur}: {why or 'its manifest cannot be used'}: it cannot be compared nor "
+                       "reused; the release made from the inventory replaces it (every instance restarts and is "
+                       f"smoke-tested; releases/{cur} is left on disk as it is)")
     result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": [],
               "carried": sorted(carried), "remove": absent["remove"], "remove_unknown": absent["unknown"],
               "kept_units": absent["kept_units"], "swept": swept, "world_writable_fixed": len(unwritable)}
@@ -219,10 +227,24 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
             for link, target in (("venv", reuse.get("venv")), ("tree", reuse.get("tree_path"))):
                 if target:
                     set_symlink(os.path.join(path, link), target)
-        result["repaired"] = fix
+        result["repaired"] = [f["path"] for f in fix]
+        for f in fix:
+            what = {"edited": "was edited on the host (it differs from what the release wrote)",
+                    "missing": "was missing", "link": f"did not point at {f.get('target')}"}[f["what"]]
+            if rid == cur:
+                who = [f["instance"]] if f["instance"] else sorted(manifest.get("instances") or {})
+                restart_repaired += [n for n in who if n not in restart_repaired]
+                after = f": put back; {', '.join(who)} restarted and smoke-tested so that what serves is the release's"
+            else:
+                after = ": put back"
+            repairs.append(f"release {rid}: {f['path']} {what}{after if not check_mode else ' (check mode: would be put back)'}")
     else:
         now = now or utc_now()
         rid = make_release_id(now, chash)
+        while os.path.lexists(os.path.join(releases_dir(prefix), rid)):
+            # a directory of that name without a usable manifest (a broken release, left as it is): the next second
+            now += _dt.timedelta(seconds=1)
+            rid = make_release_id(now, chash)
         manifest = build_manifest(
             content, rid, next_sequence(manifests), iso(now), revision, dirty, result["previous"]
         )
@@ -235,6 +257,8 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
     else:
         result["changes"], result["diff"] = release_changes(prefix, cur, cur_manifest, manifest, env_texts)
     result.update(
+        repairs=repairs,
+        restart_repaired=sorted(restart_repaired),
         status=(load_statuses(prefix, [rid]).get(rid) or {}).get("status", "unknown"),
         id=rid,
         path=os.path.join(releases_dir(prefix), rid),

@@ -50,6 +50,17 @@ def batches(hosts, serial) -> list:
     return out
 
 
+def later_hosts(batch_list, host) -> list:
+    """The hosts of the batches after ``host``'s (those a rollout that stops at ``host`` never reaches)."""
+    out, seen = [], False
+    for batch in batch_list or []:
+        if seen:
+            out += list(batch)
+        elif host in batch:
+            seen = True
+    return out
+
+
 # what the rescue says became of the host: "put back: current -> R; ..." (roles/dflash_release/tasks/
 # revert.yml), or "rolled back to R" (rollback.yml); "none" when a first deploy had nothing to put back
 ROLLED_BACK_RE = re.compile(r"(?:put back: current ->|rolled back to) (\S+?)(?:[;,] | \(|\s|$)")
@@ -98,6 +109,8 @@ def _finished(a: dict, prev) -> dict:
     restarted = ", ".join(smoked)
     rec = a.get("recovered") or {}
     note = f"; first {rec['msg']}" if rec.get("msg") else ""
+    if a.get("repairs"):
+        note += "; REPAIRED: " + "; ".join(a["repairs"])
     if a.get("check"):
         if a.get("id") == prev:
             what = f"would restart {restarted} of release {a.get('id')}" if smoked else "nothing would change"
@@ -114,8 +127,8 @@ def _finished(a: dict, prev) -> dict:
     else:
         verdict = "healthy (new release" + (f", restarted {restarted})" if smoked else ")")
     if rec.get("msg") and not smoked and a.get("id") == prev:
-        verdict = f"healthy (smoke-tested on recovery: {rec['msg']})"
-    elif rec.get("msg"):
+        verdict = f"healthy (smoke-tested on recovery: {rec['msg']})" + note[len(f"; first {rec['msg']}"):]
+    elif note:
         verdict += note
     return {"after": a.get("id"), "verdict": verdict}
 

@@ -66,6 +66,17 @@ def test_summary_never_calls_an_untested_or_uncreated_release_healthy():
                                           "restarted and smoke-tested: w)")
     assert by["recovered2"]["verdict"] == ("healthy (new release, restarted w); first current R2 (never "
                                            "smoke-tested) restarted and smoke-tested: w")
+    fixed = ro.summary(["a"], {"a": "R1"}, {"a": {"id": "R1", "smoked": ["w"], "status": "healthy", "repairs": [
+        "unit file /etc/systemd/system/dflash-w.service was edited on the host (...): put back"]}}, {})
+    assert fixed[0]["verdict"] == ("healthy (restarted w); REPAIRED: unit file /etc/systemd/system/dflash-w.service "
+                                   "was edited on the host (...): put back")
+
+
+def test_later_hosts_let_go_of_their_lock_when_a_batch_fails():
+    assert ro.later_hosts([["a"], ["b", "c"], ["d"]], "a") == ["b", "c", "d"]
+    assert ro.later_hosts([["a"], ["b", "c"], ["d"]], "c") == ["d"]
+    assert ro.later_hosts([["a"], ["b", "c"], ["d"]], "d") == []
+    assert ro.later_hosts([], "a") == []
 
 
 def test_summary_host_stopped_mid_batch():
