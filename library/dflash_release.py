@@ -16,13 +16,15 @@ description:
     changes; C(rollback) does both and switches current to the target; C(prune) keeps the newest O(keep)
     (and current and O(protect)) releases and returns what the kept ones use; the tree and layers stages
     prune their own directories from that (roles/dflash_tree, roles/dflash_layers: tasks_from prune).
+  - C(sweep) removes what an interrupted run left (staging directories, temporary files) under the prefix, in
+    O(dirs) and in O(unit_dir); it returns them with their sizes.
   - Logic lives in C(module_utils/dflash_release/).
 options:
   action:
     description: What to do.
     type: str
     required: true
-    choices: [prepare, activate, deactivate, mark, list, rollback_plan, rollback, prune]
+    choices: [prepare, activate, deactivate, mark, list, rollback_plan, rollback, prune, sweep]
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   layers: {description: The dflash_layers fact (final layer last)., type: list, elements: dict}
   tree: {description: The dflash_tree fact., type: dict}
@@ -46,7 +48,12 @@ options:
   remove_absent: {description: Remove every instance the inventory no longer lists (prepare)., type: bool,
                   default: false}
   remove: {description: Instances to remove (prepare)., type: list, elements: str, default: []}
-  unit_dir: {description: Where the instance units are installed (prepare)., type: path}
+  unit_dir: {description: Where the instance units are installed (prepare, sweep)., type: path}
+  dirs:
+    description: "Directories whose .tmp-* entries are an interrupted run's staging (sweep: the layers, the trees)."
+    type: list
+    elements: path
+    default: []
 author: dflash-deploy
 """
 
@@ -78,6 +85,7 @@ from ansible.module_utils.dflash_release.ops import (
     prepare,
     prune,
     rollback,
+    sweep_leftovers,
 )
 
 
@@ -86,7 +94,7 @@ def main():
         argument_spec={
             "action": {"type": "str", "required": True,
                        "choices": ["prepare", "activate", "deactivate", "mark", "list", "rollback_plan",
-                                   "rollback", "prune"]},
+                                   "rollback", "prune", "sweep"]},
             "prefix": {"type": "path", "default": "/opt/dflash"},
             "layers": {"type": "list", "elements": "dict"},
             "tree": {"type": "dict"},
@@ -106,6 +114,7 @@ def main():
             "remove_absent": {"type": "bool", "default": False},
             "remove": {"type": "list", "elements": "str", "default": []},
             "unit_dir": {"type": "path"},
+            "dirs": {"type": "list", "elements": "path", "default": []},
         },
         required_if=[("action", "activate", ["release_id"]), ("action", "mark", ["release_id", "status"])],
         supports_check_mode=True,
@@ -114,7 +123,7 @@ def main():
     prefix, check = p["prefix"], module.check_mode
     where = (p["host"] + ": ") if p["host"] else ""
     try:
-        if not check and p["action"] in ("prepare", "activate", "deactivate", "mark", "rollback", "prune"):
+        if not check and p["action"] in ("prepare", "activate", "deactivate", "mark", "rollback", "prune", "sweep"):
             fence()  # this run's host lock: refreshed, or the step refused when another run holds the host
         if p["action"] == "prepare":
             res = prepare(prefix, p["layers"], p["tree"], p["flags"], p["fingerprint"], p["revision"], p["dirty"],
@@ -133,6 +142,9 @@ def main():
             module.exit_json(**rollback(prefix, p["rollback_to"], check_mode=check))
         if p["action"] == "rollback_plan":
             module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"], p["healthy_only"]))
+        if p["action"] == "sweep":
+            res = sweep_leftovers(prefix, p["dirs"], p["unit_dir"], check_mode=check)
+            module.exit_json(changed=bool(res["removed"]), **res)
         if p["action"] == "prune":
             res = prune(prefix, p["keep"], p["protect"], check_mode=check)
             module.exit_json(**res)

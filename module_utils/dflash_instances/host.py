@@ -255,7 +255,9 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "current": current_instances(prefix),
         "released": released_instances(prefix),
         "homes": login_homes(),
-        "disk": [dflash_diskspace.free_space(p) for p in space_paths or ()],
+        # each directory a deploy writes ((path, what) or a path) and its filesystem's free space
+        "disk": [dict(dflash_diskspace.free_space(p[0] if isinstance(p, (tuple, list)) else p),
+                      what=p[1] if isinstance(p, (tuple, list)) else "") for p in space_paths or ()],
     }
 
 

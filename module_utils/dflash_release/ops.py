@@ -4,6 +4,7 @@ the plan for instances absent from the inventory."""
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import glob
 import json
 import os
@@ -62,6 +63,65 @@ def sweep_staging(prefix: str) -> list:
             os.unlink(path)
         gone.append(path)
     return gone
+
+
+def _bytes(path: str) -> int:
+    if os.path.islink(path) or not os.path.isdir(path):
+        try:
+            return os.lstat(path).st_size
+        except OSError:
+            return 0
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _busy(directory: str, lock_name: str) -> bool:
+    """Whether a stage holds its own lock file in ``directory`` (a build in progress there)."""
+    path = os.path.join(directory, lock_name)
+    if not os.path.exists(path):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def sweep_leftovers(prefix: str, dirs=(), unit_dir: str | None = None, check_mode=False) -> dict:
+    """What an interrupted run left behind (run under the host lock, so no other run is writing): the staging
+    directories and temporary files of the release stage (``releases/.tmp-*``, ``.tmp-*`` in a release and under
+    the prefix), of the stages whose directories are ``dirs`` (``<layers>/.tmp-*``, ``<trees>/.tmp-*``: builds,
+    the tree's upload staging, half-pruned directories) and of the unit files (``<unit_dir>/.tmp-dflash-*``).
+    -> {removed: [{path, bytes}], skipped: [why]}; in check mode nothing is removed (what would be)."""
+    found, skipped = [], []
+    patterns = [os.path.join(prefix, ".tmp-*"), os.path.join(prefix, "lock.tmp-*"),
+                os.path.join(releases_dir(prefix), ".tmp-*"), os.path.join(releases_dir(prefix), "*", ".tmp-*"),
+                os.path.join(releases_dir(prefix), "*", "*", ".tmp-*")]
+    for d in dirs or ():
+        if _busy(d, ".dflash-layers.lock"):
+            skipped.append(f"{d}: a layer build holds its lock (left alone)")
+            continue
+        patterns.append(os.path.join(d, ".tmp-*"))
+    if unit_dir:
+        patterns.append(os.path.join(unit_dir, ".tmp-dflash-*"))
+    for path in sorted({p for pat in patterns for p in glob.glob(pat)}):
+        found.append({"path": path, "bytes": _bytes(path)})
+        if check_mode:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
+    return {"removed": found, "skipped": skipped}
 
 
 def drop_world_write(prefix: str) -> list:

@@ -370,13 +370,37 @@ def test_shared_settings(settings, words):
 
 
 def test_full_disk_before_any_change():
-    facts = [{"path": "/opt/dflash", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100},
-             {"path": "/var/cache", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100},
-             {"path": "/root/.ansible/tmp", "mount": "/root", "free_mib": 9000, "total_mib": 9000, "free_inodes": 0}]
+    facts = [{"path": "/opt/dflash", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100,
+              "what": "releases and the toolkit's files"},
+             {"path": "/var/cache/dflash", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100,
+              "what": "the instances' caches"},
+             {"path": "/root/.ansible/tmp", "mount": "/root", "free_mib": 9000, "total_mib": 9000, "free_inodes": 0},
+             {"path": "/data/uv", "mount": "/data", "free_mib": 300, "total_mib": 9000, "free_inodes": 10,
+              "what": "uv's cache (the layer builds)"}]
     errs = dsk.space_errors(facts, "ct200", 1024)
-    assert errs[0].startswith("ct200: disk: /opt/dflash is on / with 12 MiB free of 20000 MiB; a deploy needs at "
-                              "least 1024 MiB there")
-    assert "no free inode" in errs[1] and len(errs) == 2
+    # the cause first, every directory of that filesystem and what the deploy writes there
+    assert errs[0] == ("ct200: no space left on /opt/dflash, /var/cache/dflash: need 1024 MiB, have 12 MiB free on / "
+                       "(of 20000 MiB) (written there: /opt/dflash: releases and the toolkit's files; /var/cache/dflash: "
+                       "the instances' caches): free space on / and re-run (the limit is dflash_min_free_mib)")
+    assert errs[1].startswith("ct200: no inode left on /root/.ansible/tmp: /root has no free inode")
+    assert errs[2].startswith("ct200: no space left on /data/uv: need 1024 MiB, have 300 MiB free on /data (of 9000 "
+                              "MiB) (written there: /data/uv: uv's cache (the layer builds))")
+    assert len(errs) == 3
+
+
+def test_uv_cache_found_as_uv_finds_it():
+    assert dsk.uv_cache_dir("/opt/dflash/cache/uv", {"UV_CACHE_DIR": "/x"}) == "/opt/dflash/cache/uv"
+    assert dsk.uv_cache_dir("", {"UV_CACHE_DIR": "/x", "XDG_CACHE_HOME": "/y"}) == "/x"
+    assert dsk.uv_cache_dir(None, {"XDG_CACHE_HOME": "/y"}) == "/y/uv"
+    assert dsk.uv_cache_dir(None, {}, home="/root") == "/root/.cache/uv"
+
+
+def test_a_full_disk_under_a_tool_is_said_first(tmp_path):
+    out = "error: Failed to install: torch-2.9.1.whl\n  Caused by: No space left on device (os error 28) at path \"/x\""
+    head = dsk.no_space_headline(out, [(str(tmp_path / "cache"), "uv's cache"), (str(tmp_path), "the layer")])
+    assert head.startswith(f"no space left on {tmp_path / 'cache'} (uv's cache): have ")
+    assert " MiB free of " in head
+    assert dsk.no_space_headline("error: no matching distribution", [(str(tmp_path), "x")]) is None
 
 
 def test_enospc_in_words(tmp_path):
