@@ -192,14 +192,18 @@ def current_instances(prefix):
 
 
 def released_instances(prefix):
-    """Every instance name a release on the host has (any readable releases/*/manifest.json): the names
-    ``dflash_remove_instances`` may give without being a typo (one already removed included)."""
+    """Every instance name a release on the host has (any readable releases/*/manifest.json) or had (removed ones):
+    the names ``dflash_remove_instances`` may give without being a typo."""
     names = set()
     for path in glob.glob(os.path.join(prefix, "releases", "*", "manifest.json")) if prefix else []:
         try:
             names |= set(json.loads(_read(path) or "{}").get("instances") or {})
         except (ValueError, AttributeError):
             continue
+    try:  # removed ones, whose releases may be pruned by now (dflash_release/activation.py remember_removed)
+        names |= {str(n) for n in json.loads(_read(os.path.join(prefix, "removed-instances.json")) or "[]")}
+    except (ValueError, TypeError):
+        pass
     return sorted(names)
 
 

@@ -23,6 +23,7 @@ The service backend (``dflash_service``: systemd or the runner) is passed in. No
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -229,8 +230,30 @@ def commit(prefix, release_id, backend, unit_dir, check_mode=False, cache_root="
         _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"), prefix)
     if j["remove"]:
         backend.reload()
+        # the instances taken off (not a staging unit an instance that stays no longer needs)
+        remember_removed(prefix, [item["instance"] for item in j["remove"]
+                                  if item["unit"] == f"dflash-{item['instance']}.service"])
     _drop(prefix)
     return {"changed": True, "removed": removed}
+
+
+REMOVED = "removed-instances.json"
+
+
+def remember_removed(prefix, names) -> None:
+    """The instances removed from this host (``<prefix>/removed-instances.json``): a name still listed in
+    ``dflash_remove_instances`` after its releases were pruned is known, not a typo."""
+    names = sorted(set(names or ()))
+    if not names:
+        return
+    path = os.path.join(prefix, REMOVED)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            known = set(json.load(fh))
+    except (OSError, ValueError, TypeError):
+        known = set()
+    if set(names) - known:
+        write_atomic(path, (json.dumps(sorted(known | set(names))) + "\n").encode(), 0o644)
 
 
 def revert(prefix, backend, check_mode=False, now=None, release_id=None):

@@ -345,6 +345,8 @@ def test_the_host_facts_know_every_release_and_the_login_homes(tmp_path):
     (tmp_path / "releases" / "r3").mkdir()
     (tmp_path / "releases" / "r3" / "manifest.json").write_text('{"id": "r3", "inst')  # cut short: skipped
     assert hh.released_instances(str(tmp_path)) == ["keep", "new", "old"]
+    (tmp_path / "removed-instances.json").write_text('["gone"]')  # removed, its releases pruned since
+    assert hh.released_instances(str(tmp_path)) == ["gone", "keep", "new", "old"]
     pw = [pwd.struct_passwd(x) for x in (("root", "x", 0, 0, "", "/root", "/bin/bash"),
                                          ("daemon", "x", 1, 1, "", "/usr/sbin", "/usr/sbin/nologin"),
                                          ("alice", "x", 1001, 1001, "", "/srv/alice/", "/bin/bash"),

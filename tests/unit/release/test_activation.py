@@ -116,6 +116,9 @@ def test_full_transaction_then_commit(host):
     assert journal.read_journal(host["prefix"]) is None
     assert not (host["units"] / "dflash-old.service").exists()
     assert not os.path.exists(os.path.join(host["prefix"], journal.BACKUPS))
+    # remembered: a dflash_remove_instances that still names it after its releases are pruned is no typo
+    with open(os.path.join(host["prefix"], activation.REMOVED), encoding="utf-8") as fh:
+        assert json.load(fh) == ["old"]
 
 
 def test_revert_after_switch_puts_back_exactly_what_was(host):
