@@ -14,6 +14,7 @@ if _MU not in ansible.module_utils.__path__:
 
 from ansible.module_utils.dflash_common import disk as _dsk
 from ansible.module_utils.dflash_common import secrets as _ds
+from ansible.module_utils.dflash_common import sglang as _sg
 from ansible.module_utils.dflash_common.jinja import plain as _plain
 from ansible.module_utils.dflash_instances import checks as _ck
 from ansible.module_utils.dflash_instances import flags as _di_flags
@@ -32,21 +33,61 @@ def _removed(instances, host_facts, remove_absent, remove):
     return set(remove or []) | ((current - names) if _inv.as_bool(remove_absent) else set())
 
 
+def dflash_sglang_versions(instances, host_version=None):
+    """The sglang versions a host runs: its own (dflash_sglang_version) first, then those its instances choose
+    (``sglang_version``), each once. Versions the toolkit does not support are left out (validation names them)."""
+    host_version = str(_plain(host_version) or _sg.default_version())
+    out = [host_version]
+    for inst in _plain(instances) if isinstance(_plain(instances), list) else []:
+        v = inst.get("sglang_version") if isinstance(inst, dict) else None
+        if isinstance(v, str) and v not in out and _sg.version_error(v) is None:
+            out.append(v)
+    return out
+
+
+def dflash_sglang_host_facts(_unused=None):
+    """{version: facts} of every supported sglang version, as host modules take them (the wait: the smoke test's
+    meta_info names, the diagnosis' remedies)."""
+    return _sg.host_facts()
+
+
+def dflash_sglang_version_errors(version, host, field="dflash_sglang_version"):
+    """[message] when ``version`` (the host's choice) is not a supported sglang version."""
+    why = _sg.version_error(_plain(version))
+    return [f"{host}: field '{field}': {why}"] if why else []
+
+
+def _flags_by_version(instances, host_version, flags_dir):
+    """{version: flags} of every other version the instances choose, from <flags_dir>/<version>/server-flags.txt."""
+    out = {}
+    if not flags_dir:
+        return out
+    for v in dflash_sglang_versions(instances, host_version)[1:]:
+        out[v], _why = _sf.load_flags(os.path.join(str(flags_dir), v, "server-flags.txt"))
+    return out
+
+
 def dflash_instances_errors(instances, host, fingerprint, host_facts, rules, host_disabled_rules=(),
                             protect_home=True, service_user="sglang", server_flags_file=None,
-                            sglang_version="0.5.11", prefix=None, remove_absent=False, remove=()):
-    """All placement errors of one host (list of strings; empty = valid)."""
+                            sglang_version=None, prefix=None, remove_absent=False, remove=(), server_flags_dir=None,
+                            python_tag=None):
+    """All placement errors of one host (list of strings; empty = valid). ``sglang_version``: the host's;
+    ``server_flags_dir``: files/patches/sglang (the flags of the other versions its instances choose)."""
     rules = _plain(rules) or []
     instances, host_facts = _plain(instances), _plain(host_facts)
+    host_version = str(_plain(sglang_version) or _sg.default_version())
     known, _source = _sf.load_flags(str(server_flags_file)) if server_flags_file else (None, "")
     remove = _plain(remove) if isinstance(_plain(remove), list) else []
     errors = _di_rules.check_rules_table(rules)
+    errors += dflash_sglang_version_errors(host_version, host)
     errors += _di_validate.validate_instances(
         str(host), instances, _plain(fingerprint), host_facts,
         [r["name"] for r in rules], _plain(host_disabled_rules) or [], bool(protect_home),
         gpu_checker=_di_validate.default_gpu_checker(), service_user=str(service_user), server_flags=known,
-        sglang_version=str(sglang_version), prefix=str(prefix) if prefix else None,
-        removed=_removed(instances if isinstance(instances, list) else [], host_facts, remove_absent, remove))
+        sglang_version=host_version, prefix=str(prefix) if prefix else None,
+        removed=_removed(instances if isinstance(instances, list) else [], host_facts, remove_absent, remove),
+        server_flags_by_version=_flags_by_version(instances, host_version, server_flags_dir),
+        python_tag=str(_plain(python_tag)) if python_tag else None)
     return errors
 
 
@@ -120,10 +161,21 @@ def dflash_instances_warnings(instances, host, host_facts, bind_host="127.0.0.1"
 
 
 def dflash_instances_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled_rules=(),
-                           bind_host="0.0.0.0"):
-    """The dflash_flags fact: {instance: {args, env, applied, skipped, removed_cause, ...}}."""
+                           bind_host="0.0.0.0", host_version=None, runtimes=None):
+    """The dflash_flags fact: {instance: {args, env, applied, skipped, removed_cause, sglang_version, ...}}.
+    ``runtimes``: {version: {probe, tree, venv}} of every version the host runs (dflash_runtimes)."""
     return _di_flags.plan_flags(_plain(instances), _plain(rules), _plain(fingerprint), _plain(probe),
-                          _plain(host_facts), _plain(tree), _plain(host_disabled_rules) or [], str(bind_host))
+                          _plain(host_facts), _plain(tree), _plain(host_disabled_rules) or [], str(bind_host),
+                          str(_plain(host_version)) if host_version else None, _plain(runtimes) or None)
+
+
+def dflash_instances_runtime_paths(runtime):
+    """{layer_path, sgl_kernel_file} of one version's runtime (dflash_runtimes[version]: its final layer and
+    probe), for the host facts of that version's CUDA pieces and FA3."""
+    rt = _plain(runtime) or {}
+    layers = rt.get("layers") or []
+    return {"layer_path": (layers[-1] or {}).get("path") if layers else rt.get("venv"),
+            "sgl_kernel_file": ((rt.get("probe") or {}).get("sgl_kernel") or {}).get("file")}
 
 
 def dflash_instances_report(flags):
@@ -187,6 +239,9 @@ class FilterModule:
             "dflash_instances_unresolved": dflash_instances_unresolved,
             "dflash_instances_public": dflash_instances_public,
             "dflash_instances_secrets": dflash_instances_secrets,
+            "dflash_sglang_versions": dflash_sglang_versions,
+            "dflash_instances_runtime_paths": dflash_instances_runtime_paths,
+            "dflash_sglang_host_facts": dflash_sglang_host_facts,
             # ansible_facts -> systemd | runner: dflash_service_manager's default (instances and release roles)
             "dflash_service_manager_default": default_service_manager,
         }

@@ -1,6 +1,6 @@
 """DDTree speed on the GPU machine (gpu-harness/ddtree_e2e.sh): DDTREE vs DFLASH, each side in one run.
 
-  prepare: copy the site's sglang, apply files/patches/sglang/0.5.11/series with module_utils/dflash_tree/,
+  prepare: copy the site's sglang, apply files/patches/sglang/<version>/series with module_utils/dflash_tree/,
            write the model folders (gpu-harness/make_models.py) and, for the lossless check
            (gpu-harness/ddtree_lossless.sh), random weights (gpu-harness/make_weights.py).
   run:     the speed bench, on config-only models in bfloat16 (--load-format dummy: the numbers are
@@ -80,7 +80,7 @@ def prepare(args):
     series_dir = os.path.join(REPO, args.series)
     patches = series.read_series_dir(series_dir)
     for name in ("0101-ddtree-utils.patch", "0102-ddtree-worker.patch"):  # if the series lacks them yet
-        if name not in {p["name"] for p in patches}:
+        if name not in {p["name"] for p in patches} and os.path.isfile(os.path.join(series_dir, name)):
             with open(os.path.join(series_dir, name), "rb") as fh:
                 content = fh.read()
             patches.append({"name": name, "content": content, "sha256": common.sha256_bytes(content)})
@@ -154,11 +154,24 @@ def linear_expected(ranks):
     return n
 
 
-def bench_servers(model, port, work, out, walk_ab=False, dflash32=False):
+# DDTREE_E2E_OVERLAP=both: each DDTREE / DFLASH server twice, with sglang's overlap scheduler (its default from
+# 0.5.17, where DDTREE and DFLASH run on the spec-v2 worker) and without it (--disable-overlap-schedule, the same
+# worker run synchronously: "-sync"); each DDTREE server is then compared with the DFLASH server of its own mode.
+OVERLAP_BOTH = os.environ.get("DDTREE_E2E_OVERLAP") == "both"
+# DDTREE_E2E_B31=0: no budget-31 server (its 32-block draft); DDTREE_E2E_PHASES: which of steps (the verify-step
+# phases), matched (tok/s at matched acceptance) and branch (a non-first branch) run, in that order
+B31 = os.environ.get("DDTREE_E2E_B31", "1") != "0"
+PHASES = tuple(os.environ.get("DDTREE_E2E_PHASES", "steps,matched,branch").split(","))
+
+
+def bench_servers(model, port, work, out, walk_ab=False, dflash32=False, overlap_both=None, b31=None):
     """t15, dflash, t31 (and with walk_ab a fourth, t15w: t15 with the walk's CUDA graph, patch 0105; with
     dflash32 one more, dflash32: DFLASH on t31's 32-block draft, which verifies 32 tokens a step as t31
-    does: the control that tells the verify width's cost from the tree's).
+    does: the control that tells the verify width's cost from the tree's; with overlap_both each of them again
+    with --disable-overlap-schedule, named <name>-sync; b31 False leaves t31 out).
     DDTREE_WALK_GRAPH=1 in this script's environment turns the walk graph on for every DDTREE server."""
+    overlap_both = OVERLAP_BOTH if overlap_both is None else overlap_both
+    b31 = B31 if b31 is None else b31
     models = os.path.join(work, "models")
     target, draft = ("target", "draft") if model == "dense" else ("hybrid", "hybrid-draft")
     # --mem-fraction-static and the request/KV knobs: sized for the GPU at run time (size_for_gpu, gpu_memory)
@@ -181,18 +194,30 @@ def bench_servers(model, port, work, out, walk_ab=False, dflash32=False):
     d16 = ["--speculative-draft-model-path", os.path.join(models, draft)]
     d32 = ["--speculative-draft-model-path", os.path.join(models, draft + "32")]
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-topk", "8"]
-    return [
+    servers = [
         Server(f"{model}-t15", port + 20, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out, work,
                env(f"{model}-t15", "0" if walk_ab else walk_all), budget=15, family=model),
         Server(f"{model}-dflash", port + 40, [*base, *spec, *d16, "--speculative-algorithm", "DFLASH"], out, work,
                env(f"{model}-dflash"), family=model),
-        Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out, work,
-               env(f"{model}-t31", walk_all), budget=31, block=32, family=model),
+        *([Server(f"{model}-t31", port + 60, [*base, *spec, *d32, *tree, "--speculative-ddtree-budget", "31"], out,
+                  work, env(f"{model}-t31", walk_all), budget=31, block=32, family=model)] if b31 else []),
         *([Server(f"{model}-t15w", port + 80, [*base, *spec, *d16, *tree, "--speculative-ddtree-budget", "15"], out,
                   work, env(f"{model}-t15w", walk="1"), budget=15, family=model)] if walk_ab else []),
         *([Server(f"{model}-dflash32", port + 100, [*base, *spec, *d32, "--speculative-algorithm", "DFLASH"], out,
                   work, env(f"{model}-dflash32"), block=32, family=model)] if dflash32 else []),
     ]  # fmt: skip
+    for s in servers:
+        s.baseline = f"{model}-dflash32" if s.name.endswith("-dflash32") else f"{model}-dflash"
+    if overlap_both:  # the same servers without the overlap scheduler, 10 ports above each
+        sync = []
+        for s in servers:
+            twin = Server(f"{s.name}-sync", s.port + 10, [*s.cmd[5:], "--disable-overlap-schedule"], out, work,
+                          env(f"{s.name}-sync", s.env.get("SGLANG_DDTREE_WALK_GRAPH")), budget=s.budget, block=s.block,
+                          family=model)  # fmt: skip
+            twin.baseline = s.baseline + "-sync"
+            sync.append(twin)
+        servers += sync
+    return servers
 
 
 def step_timing(srv, since_line):
@@ -213,13 +238,20 @@ def step_timing(srv, since_line):
     return med
 
 
-def step_speed_vs_dflash(timing, dflash_name):
+def step_speed_vs_dflash(timing, baselines):
     """At matched acceptance every server commits the same tokens a step, so DFLASH's step time over a
     server's is that server's tok/s over DFLASH's without the host and HTTP time around the steps:
-    the low-noise estimate beside the tok/s rounds (medians of a few dozen steps, not of 3 requests)."""
-    d = (timing.get(dflash_name) or {}).get("step_ms")
-    return {name: round(d / r["step_ms"], 3) for name, r in timing.items()
-            if d and name != dflash_name and isinstance(r, dict) and r.get("step_ms")}  # fmt: skip
+    the low-noise estimate beside the tok/s rounds (medians of a few dozen steps, not of 3 requests).
+    ``baselines``: {server name: the DFLASH server it is compared with} (a DFLASH name alone: every server)."""
+    if isinstance(baselines, str):
+        baselines = {name: baselines for name in timing}
+    out = {}
+    for name, r in timing.items():
+        base = baselines.get(name)
+        d = (timing.get(base) or {}).get("step_ms") if base else None
+        if d and name != base and isinstance(r, dict) and r.get("step_ms"):
+            out[name] = round(d / r["step_ms"], 3)
+    return out
 
 
 def timing_lines(srv):
@@ -321,7 +353,12 @@ def run(args):
             summary["waited_for_go_s"] = round(time.time() - t, 1)
             summary["go_seen"] = os.path.exists(go)
         for m in models:
-            t15, dflash, t31, *extra = per[m]
+            group = per[m]
+            by_name = {s.name: s for s in group}
+            dflash, t15 = by_name[f"{m}-dflash"], by_name[f"{m}-t15"]
+            # DFLASH first, then the rest in their order (the -sync twins after their originals)
+            others = [s for s in group if s is not dflash]
+            baselines = {s.name: s.baseline for s in group if s.baseline and s.baseline in by_name}
             if not up(dflash):
                 summary["models"][m]["error"] = f"DFLASH server not up (start window {window} s)"
                 continue
@@ -348,15 +385,17 @@ def run(args):
                 return step_timing(srv, mark)
 
             for key, ranks in (("verify_step_timing", []), ("verify_step_timing_matched", RANKS_MATCH)):
+                if "steps" not in PHASES:
+                    break
                 timing = {}
-                for srv in (dflash, t15, t31, *extra):
+                for srv in (dflash, *others):
                     if up(srv) and time.time() <= deadline - 60:
                         timing[srv.name] = time_steps(srv, ranks)
                 d, t = timing.get(dflash.name) or {}, timing.get(t15.name) or {}
                 if not ranks and d.get("target_ms") and t.get("target_ms"):
                     timing["tree_over_linear_target_ms_at_16"] = round(t["target_ms"] / d["target_ms"], 3)
                 if ranks:
-                    timing["step_speed_vs_dflash"] = step_speed_vs_dflash(timing, dflash.name)
+                    timing["step_speed_vs_dflash"] = step_speed_vs_dflash(timing, baselines)
                 res[key] = timing
                 save()
 
@@ -371,7 +410,9 @@ def run(args):
                         "identical": o.get("output_ids") == ref_ids[k]}  # fmt: skip
 
             for label, ranks, rounds in (("matched", RANKS_MATCH, REPEATS), ("branch", RANKS_BRANCH, max(1, REPEATS - 1))):
-                rows = interleaved_rounds([dflash, t15, t31, *extra], len(PROMPTS), rounds,
+                if label not in PHASES:
+                    continue
+                rows = interleaved_rounds([dflash, *others], len(PROMPTS), rounds,
                                           lambda srv, k, ranks=ranks: measure_one(srv, k, ranks),
                                           lambda srv: up(srv) and time.time() <= deadline - 25)  # fmt: skip
                 table = {}
@@ -384,14 +425,17 @@ def run(args):
                                    "expected_accept_drafts": du.expected_accept_len(ranks, du.DEFAULT_ORACLE_PROFILE,
                                                                                     srv.budget, 8, srv.depth_count)
                                    if srv.budget else linear_expected(ranks)}  # fmt: skip
-                # per round (both sides interleaved prompt by prompt): the ratio to DFLASH, and its spread
-                dv = {x["round"]: x.get("tok_s") for x in rows.get(dflash.name, [])}
+                # per round (both sides interleaved prompt by prompt): the ratio to the DFLASH server of the same
+                # mode (overlap scheduler on or off: baselines), and its spread
                 for name, row in table.items():
-                    if name == dflash.name:
+                    base = baselines.get(name)
+                    if not base or name == base:
                         continue
+                    dv = {x["round"]: x.get("tok_s") for x in rows.get(base, [])}
                     ratios = [round(t["tok_s"] / dv[t["round"]], 3) for t in rows[name]
                               if t.get("tok_s") and dv.get(t["round"])]  # fmt: skip
                     if ratios:
+                        row["over"] = base
                         row["over_dflash_per_round"] = ratios
                         row["over_dflash"] = round(statistics.median(ratios), 3)
                         row["over_dflash_range"] = [min(ratios), max(ratios)]
@@ -439,13 +483,13 @@ def write_markdown(summary, path):
             if not ph:
                 continue
             lines += ["", f"tok/s, {title}; batch 1, 3 prompts x {summary.get('new_tokens', 256)} tokens per round:", "",
-                      "| server | budget | tok/s median [min, max] | x DFLASH [range] | accept length | expected drafts | ids identical |",
+                      "| server | budget | tok/s median [min, max] | x DFLASH [range] (of) | accept length | expected drafts | ids identical |",
                       "|---|---|---|---|---|---|---|"]  # fmt: skip
             for name, r in ph["table"].items():
                 acc = [x.get("accept_length") for x in r["runs"] if x.get("accept_length")]
                 lines.append(f"| {name} | {r['budget']} | {r['tok_s_median']} [{r['tok_s_min']}, {r['tok_s_max']}] | "
-                             f"{r.get('over_dflash', '')} {r.get('over_dflash_range', '')} | {acc[0] if acc else ''} | "
-                             f"{r['expected_accept_drafts']} | {r['identical']} |")  # fmt: skip
+                             f"{r.get('over_dflash', '')} {r.get('over_dflash_range', '')} {('(' + r['over'] + ')') if r.get('over') else ''} | "
+                             f"{acc[0] if acc else ''} | {r['expected_accept_drafts']} | {r['identical']} |")  # fmt: skip
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
 

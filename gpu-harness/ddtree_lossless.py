@@ -154,7 +154,8 @@ def run_case(srv, kind, idx, n, prompts=PROMPTS):
         mi = o.get("meta_info", {})
         recs.append({"kind": kind, "prompt": k, "n": n, "latency_s": round(dt, 3), "output_ids": o.get("output_ids"),
                      "verify_ct": mi.get("spec_verify_ct"), "accept_length": mi.get("spec_accept_length"),
-                     "accepted_drafts": mi.get("spec_accepted_drafts")})  # fmt: skip
+                     # sglang 0.5.11: spec_accepted_drafts; from 0.5.17 spec_num_correct_drafts
+                     "accepted_drafts": mi.get("spec_num_correct_drafts", mi.get("spec_accepted_drafts"))})  # fmt: skip
     return recs
 
 

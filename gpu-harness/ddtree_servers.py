@@ -60,6 +60,7 @@ class Server:
     def __init__(self, name, port, args, out, work, env=None, spec=True, level="full", budget=None, topk=8,
                  block=16, mode="tree", family=None):  # fmt: skip
         self.name, self.port, self.spec, self.level, self.family = name, port, spec, level, family
+        self.baseline = None  # the server a speed ratio is taken against (ddtree_e2e.py: the DFLASH of its mode)
         self.static_mib = None  # set by size_for_gpu(): --mem-fraction-static is sized from it at start
         self.budget, self.topk, self.block, self.mode = budget, topk, block, mode
         self.depth_count = min(block - 1, budget) if budget else block - 1

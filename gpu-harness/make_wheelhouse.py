@@ -188,14 +188,16 @@ def pack_xz(parent, member, out):
     os.replace(out + ".tmp", out)
 
 
-def gpu_overlay(layers_yml):
-    """The overlay spec of a GPU inventory's layers file, without its host-only index settings (the
-    carried wheelhouse path): resolved here against PyPI."""
+def gpu_overlay(layers_yml, version="0.5.11"):
+    """The overlay spec of a GPU inventory's layers file (of sglang ``version`` where it names one per version:
+    dflash_layers_overlays), without its host-only index settings (the carried wheelhouse path): resolved here
+    against PyPI."""
     import yaml
 
     with open(layers_yml, encoding="utf-8") as fh:
         data = yaml.safe_load(fh)
-    layer = data.get("dflash_layers_overlay") or data["dflash_venv_layers"][-1]
+    layer = (data.get("dflash_layers_overlay") or (data.get("dflash_layers_overlays") or {}).get(version)
+             or data["dflash_venv_layers"][-1])
     layer = {k: v for k, v in layer.items() if k not in ("no_index", "find_links", "index_url", "python", "parent")}
     errors = L.validate_layers([{**layer, "python": "python3"}])
     if errors:

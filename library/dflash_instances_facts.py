@@ -22,6 +22,9 @@ options:
   unit_dir: {description: Where the units are., type: path, default: /etc/systemd/system}
   sgl_kernel_file: {description: "sgl_kernel's __init__.py as the probe imported it (dflash_probe.sgl_kernel.file):
                      whether FA3 (flash_ops*.so) ships beside it.", type: path}
+  runtimes: {description: "Per sglang version the host's instances run, its final layer's venv and the sgl_kernel
+              the probe imported: {version: {layer_path, sgl_kernel_file}} (their CUDA pieces and FA3 per version).",
+             type: dict, default: {}}
   prefix: {description: "The toolkit prefix: the instances of its current release (port, GPUs) and the free
             space there, in /var/cache and in Ansible's remote temporary directory.", type: path}
   space:
@@ -40,7 +43,7 @@ author: dflash-deploy
 """
 
 RETURN = r"""
-host_facts: {description: "{listeners, paths, drafts, units, overlay}", returned: always, type: dict}
+host_facts: {description: "{listeners, paths, drafts, units, overlay, runtimes}", returned: always, type: dict}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -59,6 +62,7 @@ def main():
             "space": {"type": "list", "elements": "dict", "default": []},
             "uv_cache_dir": {"type": "str", "default": ""},
             "check_uv_cache": {"type": "bool", "default": False},
+            "runtimes": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -71,7 +75,7 @@ def main():
         if p["check_uv_cache"]:
             space.append((uv_cache_dir(p["uv_cache_dir"]), "uv's cache (the layer builds)"))
     facts = gather_host_facts(p["instances"], p["layer_path"], p["unit_dir"], sgl_kernel_file=p["sgl_kernel_file"],
-                              prefix=p["prefix"], space_paths=space)
+                              prefix=p["prefix"], space_paths=space, runtimes=p["runtimes"])
     module.exit_json(changed=False, host_facts=facts)
 
 

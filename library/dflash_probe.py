@@ -42,6 +42,9 @@ options:
     elements: int
     default: []
   gpu_timeout: {description: Seconds per GPU., type: int, default: 120}
+  algorithms: {description: "Speculative algorithms the instances run (DFLASH, DDTREE): each must be one the probed
+               sglang resolves (its enum, or from 0.5.17 its registry: DDTREE), else a problem.", type: list,
+               elements: str, default: []}
 author: dflash-deploy
 """
 
@@ -82,6 +85,7 @@ def main():
             "excluded": {"type": "list", "elements": "str", "default": []},
             "gpus": {"type": "list", "elements": "int", "default": []},
             "gpu_timeout": {"type": "int", "default": 120},
+            "algorithms": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -93,7 +97,7 @@ def main():
     if p["consistency"]:
         probe["consistency"] = probe_consistency(p["python"], p["pythonpath"] or None, p["env"], p["closure"] or None,
                                                  p["excluded"])
-    problems = gate(probe, p["driver_cuda_version"], p["required"])
+    problems = gate(probe, p["driver_cuda_version"], p["required"], p["algorithms"])
     lines = summary(probe)
     warnings = []
     if p["gpus"]:

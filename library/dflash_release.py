@@ -27,6 +27,8 @@ options:
     choices: [prepare, activate, deactivate, mark, list, rollback_plan, rollback, prune, sweep]
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   layers: {description: The dflash_layers fact (final layer last)., type: list, elements: dict}
+  extra_layers: {description: "The layers of the other sglang versions the instances run (dflash_runtimes): listed in
+                 the manifest so that pruning keeps them.", type: list, elements: dict, default: []}
   tree: {description: The dflash_tree fact., type: dict}
   flags: {description: The dflash_flags fact., type: dict}
   fingerprint: {description: The dflash_fingerprint fact., type: dict}
@@ -97,6 +99,7 @@ def main():
                                    "rollback", "prune", "sweep"]},
             "prefix": {"type": "path", "default": "/opt/dflash"},
             "layers": {"type": "list", "elements": "dict"},
+            "extra_layers": {"type": "list", "elements": "dict", "default": []},
             "tree": {"type": "dict"},
             "flags": {"type": "dict"},
             "fingerprint": {"type": "dict"},
@@ -128,7 +131,8 @@ def main():
         if p["action"] == "prepare":
             res = prepare(prefix, p["layers"], p["tree"], p["flags"], p["fingerprint"], p["revision"], p["dirty"],
                           host=p["host"] or "host", check_mode=check, secrets=p["secrets"],
-                          remove_absent=p["remove_absent"], remove=p["remove"], unit_dir=p["unit_dir"])
+                          remove_absent=p["remove_absent"], remove=p["remove"], unit_dir=p["unit_dir"],
+                          extra_layers=p["extra_layers"])
             module.exit_json(changed=res["created"] or bool(res["repaired"]), **res)
         if p["action"] == "activate":
             module.exit_json(**activate(prefix, p["release_id"], check_mode=check))

@@ -113,6 +113,13 @@ options:
         controller (C(output.judge)) added. Nothing is restarted nor waited for; the records are written, the
         release is marked healthy (with O(mark)) when every gate passed, else the module fails naming the gates.
     type: dict
+  sglang_facts:
+    description:
+      - "Per sglang version, its facts as host code needs them (the controller's C(dflash_sglang_host_facts) filter:
+        version, pins, meta_info names, the attention backends DDTREE's verify takes). Each instance's version comes
+        from the release manifest; its diagnosis remedies and its smoke record's accepted-draft count follow it."
+    type: dict
+    default: {}
 extends_documentation_fragment: [dflash_release_target]
 author: dflash-deploy
 """
@@ -194,6 +201,7 @@ def main():
             "resume": {"type": "dict"},
             "fingerprint": {"type": "dict"},
             "judged": {"type": "dict"},
+            "sglang_facts": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
         **target_constraints(),
@@ -219,10 +227,15 @@ def main():
         module.fail_json(msg=f"{where}{exc}")
     if p["judged"] is not None:
         record_judged(module, p, where, secrets)
+    # each instance's sglang version (the manifest's entry): its diagnosis' remedies and its smoke test's meta_info
+    # names speak to that version
+    for item in insts_full:
+        item["sglang"] = (p["sglang_facts"] or {}).get(item.get("sglang_version") or "")
     insts = [{
         "name": item["name"],
         "unit": item.get("unit") or unit_name(item["name"]),
         "health_url": base_url(item) + "/health",
+        "sglang": item["sglang"],
     } for item in insts_full]
     if not insts:
         module.exit_json(changed=False, verdict="healthy", seconds=0.0, failed_instances=[], instances={})

@@ -1,6 +1,6 @@
 """Test-only: sglang's Triton extend (prefill) attention in float32, for the float32 re-scoring server.
 
-sglang 0.5.11 sizes the extend kernel's tiles for 16-bit inputs (on Hopper BLOCK_M 128 x BLOCK_N 64 for
+sglang 0.5.11 (and 0.5.17, in sglang/kernels/ops/attention/extend_attention.py) sizes the extend kernel's tiles for 16-bit inputs (on Hopper BLOCK_M 128 x BLOCK_N 64 for
 head_dim <= 256). In float32 the same tiles take twice the shared memory: for the hybrid model's
 head_dim 256 that is past the H200's 227 KiB per block. While an extend call has a float32 query, the
 block sizes are halved (the same bytes as the 16-bit tiles; only the summation order changes, not
@@ -17,6 +17,9 @@ ENTRY_POINTS = ("extend_attention_fwd", "extend_attention_fwd_unified")  # first
 
 
 def patch(module):
+    if not hasattr(module, SIZES):  # a module of another layout: nothing to halve
+        print(f"fp32_shim: {module.__name__} has no {SIZES}: extend attention left as it is", file=sys.stderr)
+        return
     original_sizes = getattr(module, SIZES)
     state = {"float32": 0}
 

@@ -1,6 +1,6 @@
 """Test-only plain-torch Gated DeltaNet ops for the float32 re-scoring server (gpu-harness/ddtree_lossless.py).
 
-sglang 0.5.11's GDN prefill kernel refuses float32 (`chunk_gated_delta_rule`: "does not support
+sglang 0.5.11's GDN prefill kernel (and 0.5.17's, moved to sglang/kernels/ops/) refuses float32 (`chunk_gated_delta_rule`: "does not support
 float32", H200 run of 2026-12-01). sitecustomize.py in this folder wraps sglang's GDN entry points so
 that float32 inputs run the functions below and anything else the original Triton kernels, unchanged.
 
@@ -193,7 +193,8 @@ def float32_dispatch(original, replacement, tensor_arg, unsupported=None):
     given default) -> `replacement`, called with the original's arguments by name; anything else ->
     `original`, unchanged."""
     sig = inspect.signature(original)
-    unsupported = unsupported or {}
+    # only the arguments this version's function has (0.5.17 added lower_bound, cache_ring and ReplaySSM's)
+    unsupported = {n: v for n, v in (unsupported or {}).items() if n in sig.parameters}
     said = []
 
     def plain(name, value):
@@ -219,14 +220,22 @@ def float32_dispatch(original, replacement, tensor_arg, unsupported=None):
 
 # sglang module -> (function, its float32 tensor argument, replacement, arguments only the original handles)
 VERIFY_ONLY = {"is_kda": False, "disable_state_update": False, "intermediate_states_buffer": None,
-               "intermediate_state_indices": None, "cache_steps": None, "retrieve_parent_token": None}  # fmt: skip
-PATCHES = {
-    "sglang.srt.layers.attention.fla.chunk": [("chunk_gated_delta_rule", "q", chunk_rule, None)],
-    "sglang.srt.layers.attention.fla.fused_recurrent": [
-        ("fused_recurrent_gated_delta_rule_packed_decode", "mixed_qkv", packed_decode, None)],
-    "sglang.srt.layers.attention.fla.fused_sigmoid_gating_recurrent": [
-        ("fused_sigmoid_gating_delta_rule_update", "q", sigmoid_gating_update, VERIFY_ONLY)],
-}  # fmt: skip
+               "intermediate_state_indices": None, "cache_steps": None, "retrieve_parent_token": None,
+               # sglang 0.5.17's: KDA's lower bound, the ReplaySSM ring and its raw inputs
+               "lower_bound": None, "cache_ring": False, "replayssm_rawv": None, "replayssm_rawk": None,
+               "replayssm_g": None, "replayssm_beta": None}  # fmt: skip
+# the same functions under each version's module (0.5.11: sglang/srt/layers/attention/fla/; from 0.5.17
+# sglang/kernels/ops/attention/fla/, with the same names and the arguments above added)
+FLA_PACKAGES = ("sglang.srt.layers.attention.fla", "sglang.kernels.ops.attention.fla")
+PATCHES = {}
+for _pkg in FLA_PACKAGES:
+    PATCHES.update({
+        f"{_pkg}.chunk": [("chunk_gated_delta_rule", "q", chunk_rule, None)],
+        f"{_pkg}.fused_recurrent": [
+            ("fused_recurrent_gated_delta_rule_packed_decode", "mixed_qkv", packed_decode, None)],
+        f"{_pkg}.fused_sigmoid_gating_recurrent": [
+            ("fused_sigmoid_gating_delta_rule_update", "q", sigmoid_gating_update, VERIFY_ONLY)],
+    })  # fmt: skip
 
 
 def patch(module):

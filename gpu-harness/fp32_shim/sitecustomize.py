@@ -20,9 +20,12 @@ import os
 import sys
 
 MULTI_PLATFORM = "sglang.srt.layers.utils.multi_platform"
-GDN = ("sglang.srt.layers.attention.fla.chunk", "sglang.srt.layers.attention.fla.fused_recurrent",
-       "sglang.srt.layers.attention.fla.fused_sigmoid_gating_recurrent")  # fmt: skip  (= fp32_gdn.PATCHES)
-EXTEND_ATTENTION = "sglang.srt.layers.attention.triton_ops.extend_attention"
+# each version's module paths (0.5.11: sglang/srt/layers/attention/; from 0.5.17 the kernels moved to
+# sglang/kernels/ops/attention/ with the same names): whichever the server imports is patched
+GDN = tuple(f"{pkg}.{m}" for pkg in ("sglang.srt.layers.attention.fla", "sglang.kernels.ops.attention.fla")
+            for m in ("chunk", "fused_recurrent", "fused_sigmoid_gating_recurrent"))  # (= fp32_gdn.PATCHES)
+EXTEND_ATTENTION = ("sglang.srt.layers.attention.triton_ops.extend_attention",
+                    "sglang.kernels.ops.attention.extend_attention")
 DFLASH_DRAFT = "sglang.srt.models.dflash"
 
 
@@ -104,5 +107,6 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-sys.meta_path.insert(0, _Finder({MULTI_PLATFORM: _patch_multi_platform, EXTEND_ATTENTION: _patch_extend_attention,
-                                 DFLASH_DRAFT: _patch_dflash_draft, **{m: _patch_gdn for m in GDN}}))  # fmt: skip
+sys.meta_path.insert(0, _Finder({MULTI_PLATFORM: _patch_multi_platform, DFLASH_DRAFT: _patch_dflash_draft,
+                                 **{m: _patch_extend_attention for m in EXTEND_ATTENTION},
+                                 **{m: _patch_gdn for m in GDN}}))  # fmt: skip

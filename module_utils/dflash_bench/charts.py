@@ -14,10 +14,14 @@ it is a stand-in (not sglang) are stamped on every chart. No Ansible import; mat
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
 
+from ansible.module_utils.dflash_bench.palette import styles
+
 STANDIN_STAMP = "STAND-IN FIGURES - the server says it is not SGLang: they test the plumbing, not a model"
+DUMMY_STAMP = "DUMMY WEIGHTS (--load-format dummy): acceptance and speed of random weights, not of the model"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -38,18 +42,20 @@ def _order(values):
     return seen
 
 
-def _finish(fig, path, title, series, standin):
-    if standin:
-        fig.text(0.5, 0.995, STANDIN_STAMP, ha="center", va="top", color="#b00000", fontsize=10, fontweight="bold")
+def _finish(fig, path, title, series, standin, dummy=False, extra=None):
+    stamps = [s for s, on in ((STANDIN_STAMP, standin), (DUMMY_STAMP, dummy)) if on]
+    for k, text in enumerate(stamps):
+        fig.text(0.5, 0.995 - 0.03 * k, text, ha="center", va="top", color="#b00000", fontsize=10, fontweight="bold")
     fig.savefig(path, dpi=110, metadata={"Title": title, "Description": json.dumps(
-        {"title": title, "series": series, "standin": bool(standin)}, sort_keys=True)})
+        {"title": title, "series": series, "standin": bool(standin), "dummy": bool(dummy), **(extra or {})},
+        sort_keys=True)})
     import matplotlib.pyplot as plt
 
     plt.close(fig)
     return {"path": path, "title": title, "series": series}
 
 
-def throughput_chart(rows, path, standin=False):
+def throughput_chart(rows, path, standin=False, dummy=False):
     plt = _plt()
     workloads = _order(r["workload"] for r in rows)
     configs = _order(r["config"] for r in rows)
@@ -103,10 +109,10 @@ def throughput_chart(rows, path, standin=False):
         handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
         ax.legend(handles=handles, loc="upper left", fontsize=7)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    return _finish(fig, path, "tok/s and accept length per configuration", series, standin)
+    return _finish(fig, path, "tok/s and accept length per configuration", series, standin, dummy)
 
 
-def heatmap_chart(rows, path, standin=False):
+def heatmap_chart(rows, path, standin=False, dummy=False):
     """None when the run has no DDTree configuration with a budget and a top-k."""
     tree = [r for r in rows if r.get("algorithm") == "DDTREE" and r.get("budget") is not None
             and r.get("topk") is not None]
@@ -118,17 +124,25 @@ def heatmap_chart(rows, path, standin=False):
     topks = sorted({int(r["topk"]) for r in tree})
     cols = min(3, len(panels))
     nrows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.4 * nrows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols + 1.0, 3.4 * nrows + 0.6), squeeze=False)
     series = []
+    # one colour scale for every panel (the same vmin/vmax, one colour bar): a colour is the same tok/s
+    # everywhere, so a panel's own spread of noise is not painted as its winners
+    measured = [r["output_tok_s"] for r in tree if r.get("output_tok_s") is not None and r.get("status") != "failed"]
+    vmin, vmax = (min(measured), max(measured)) if measured else (0.0, 1.0)
+    if vmax <= vmin:
+        vmax = vmin + 1e-9
+    im = None
     for idx, (wl, level) in enumerate(panels):
         ax = axes[idx // cols][idx % cols]
         grid = [[None] * len(topks) for _ in budgets]
         for r in tree:
             if (r["workload"], r["concurrency"]) == (wl, level):
                 grid[budgets.index(int(r["budget"]))][topks.index(int(r["topk"]))] = r
-        vals = [[(c or {}).get("output_tok_s") or 0.0 for c in line] for line in grid]
-        im = ax.imshow(vals, cmap="viridis", aspect="auto", origin="lower")
-        lo, hi = min(min(v) for v in vals), max(max(v) for v in vals)
+        vals = [[(c or {}).get("output_tok_s") if (c or {}).get("output_tok_s") is not None else float("nan")
+                 for c in line] for line in grid]
+        im = ax.imshow(vals, cmap="viridis", aspect="auto", origin="lower", vmin=vmin, vmax=vmax)
+        lo, hi = vmin, vmax
         for bi, line in enumerate(grid):
             for ki, c in enumerate(line):
                 if c is None:
@@ -138,7 +152,8 @@ def heatmap_chart(rows, path, standin=False):
                 else:
                     acc = c.get("accept_length")
                     text = f"{c['output_tok_s']:.0f}\nacc {acc:.2f}" if acc is not None else f"{c['output_tok_s']:.0f}"
-                light = hi > lo and (vals[bi][ki] - lo) / (hi - lo) > 0.6  # viridis is yellow at the top
+                v = vals[bi][ki]
+                light = not math.isnan(v) and hi > lo and (v - lo) / (hi - lo) > 0.6  # viridis: yellow at the top
                 ax.text(ki, bi, text, ha="center", va="center", color="black" if light else "white", fontsize=8)
         ax.set_xticks(range(len(topks)))
         ax.set_xticklabels([str(k) for k in topks])
@@ -147,15 +162,16 @@ def heatmap_chart(rows, path, standin=False):
         ax.set_xlabel("top-k")
         ax.set_ylabel("budget")
         ax.set_title(f"DDTREE tok/s: {wl}, c{level}", fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.046)
         series.append(f"{wl} c{level}")
     for idx in range(len(panels), nrows * cols):
         axes[idx // cols][idx % cols].axis("off")
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return _finish(fig, path, "DDTREE budget x top-k: tok/s (accept length)", series, standin)
+    fig.tight_layout(rect=(0, 0, 0.9, 0.95))
+    fig.colorbar(im, ax=list(axes.flat), fraction=0.03, label="output tok/s, one scale for every panel")
+    return _finish(fig, path, "DDTREE budget x top-k: tok/s (accept length)", series, standin, dummy,
+                   extra={"scale": [vmin, vmax], "colorbars": 1})
 
 
-def concurrency_chart(rows, path, standin=False):
+def concurrency_chart(rows, path, standin=False, dummy=False):
     """None when the run has a single concurrency level."""
     levels = sorted({r["concurrency"] for r in rows})
     if len(levels) < 2:
@@ -163,26 +179,33 @@ def concurrency_chart(rows, path, standin=False):
     plt = _plt()
     workloads = _order(r["workload"] for r in rows)
     configs = _order(r["config"] for r in rows)
-    fig, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4.2 + 0.25 * len(configs)),
+                             squeeze=False)
     series = []
+    # a colour AND a marker per configuration, the same in every panel, no pair twice (palette.py): 12
+    # configurations on matplotlib's 10 default colours gave two of them one colour
+    sty = styles(configs)
     for ax, wl in zip(axes[0], workloads, strict=True):
         for cfg in configs:
             pts = [(r["concurrency"], r["output_tok_s"]) for r in rows
                    if r["config"] == cfg and r["workload"] == wl and r.get("output_tok_s") is not None]
             if pts:
                 pts.sort()
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=cfg)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=cfg, ms=5, **sty[cfg])
                 series.append(f"{wl}: {cfg}")
         ax.set_xticks(levels)
         ax.set_xlabel("concurrency (closed-loop clients)")
         ax.set_ylabel("output tok/s")
         ax.set_title(f"{wl}: tok/s against concurrency", fontsize=10)
-        ax.legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    return _finish(fig, path, "tok/s against concurrency", series, standin)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, max(1, len(labels))), fontsize=7)
+    rows_of_legend = (len(labels) + 5) // 6
+    fig.tight_layout(rect=(0, 0.03 + 0.05 * rows_of_legend, 1, 0.93))
+    return _finish(fig, path, "tok/s against concurrency", series, standin, dummy,
+                   extra={"styles": {c: sty[c] for c in configs}})
 
 
-def draw_all(rows, chart_dir, standin=False) -> dict:
+def draw_all(rows, chart_dir, standin=False, dummy=False) -> dict:
     """{name: {path, title, series}} of the charts this run has data for."""
     import os
 
@@ -190,7 +213,7 @@ def draw_all(rows, chart_dir, standin=False) -> dict:
     out = {}
     for name, fn in (("throughput", throughput_chart), ("heatmap", heatmap_chart),
                      ("concurrency", concurrency_chart)):
-        res = fn(rows, os.path.join(chart_dir, f"{name}.png"), standin)
+        res = fn(rows, os.path.join(chart_dir, f"{name}.png"), standin, dummy)
         if res:
             out[name] = res
     return out

@@ -18,9 +18,10 @@ import urllib.parse
 
 from ansible.module_utils.dflash_bench import workloads as wl
 from ansible.module_utils.dflash_bench.stats import parse_prometheus, summarize
+from ansible.module_utils.dflash_common.sglang import accepted_drafts, proposed_drafts
 from ansible.module_utils.dflash_release.smoke import SmokeError, http_json
 
-SPEC_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_accepted_drafts", "spec_proposed_drafts")
+SPEC_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_accept_histogram")
 
 
 def auth_headers(api_key=None) -> dict:
@@ -30,11 +31,12 @@ def auth_headers(api_key=None) -> dict:
 
 def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers=None, left=None) -> dict:
     """POST /generate with stream; -> {ok, ttft, itl, latency, completion_tokens, prompt_tokens,
-    cached_tokens, chunks, spec_*, finish_reason, text, error}. ``left()``: seconds left to the cell's end;
+    cached_tokens, chunks, chunk_tokens, spec_*, finish_reason, text, error}. ``chunk_tokens[k]``: the chunks that
+    brought k tokens (about one verify step each; sglang merges steps a slow reader did not take). ``left()``: seconds left to the cell's end;
     at 0 the stream is abandoned mid-way (the request counts as failed: "cell time limit")."""
     u = urllib.parse.urlsplit(base_url)
     body = json.dumps(dict(payload, stream=True)).encode()
-    rec = {"ok": False, "ttft": None, "itl": [], "chunks": 0, "completion_tokens": 0}
+    rec = {"ok": False, "ttft": None, "itl": [], "chunks": 0, "chunk_tokens": [], "completion_tokens": 0}
     t0 = clock()
     last_t, last_n, meta, text = t0, 0, {}, ""
     conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=max(0.5, float(timeout)))
@@ -64,6 +66,9 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers
             text = chunk.get("text", text)
             rec["chunks"] += 1
             if n > last_n:
+                grow = n - last_n
+                rec["chunk_tokens"] += [0] * max(0, grow + 1 - len(rec["chunk_tokens"]))
+                rec["chunk_tokens"][grow] += 1
                 if rec["ttft"] is None:
                     rec["ttft"] = now - t0
                 else:
@@ -84,6 +89,11 @@ def stream_generate(base_url, payload, timeout, clock=time.perf_counter, headers
     for key in SPEC_KEYS:
         if meta.get(key) is not None:
             rec[key] = meta[key]
+    # the draft counts under the record's names whatever the server's sglang calls them (0.5.11:
+    # spec_accepted_drafts; from 0.5.17 spec_num_correct_drafts, dflash_common/sglang.py)
+    for key, value in (("spec_accepted_drafts", accepted_drafts(meta)), ("spec_proposed_drafts", proposed_drafts(meta))):
+        if value is not None:
+            rec[key] = value
     rec["text"] = text if isinstance(text, str) else ""
     return rec
 

@@ -11,7 +11,19 @@ import os
 import shutil
 import subprocess
 
-from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
+from ansible.module_utils.dflash_bench.charts import DUMMY_STAMP, STANDIN_STAMP
+from ansible.module_utils.dflash_bench.layout import col_spec, tex_escape, wrap_command
+from ansible.module_utils.dflash_bench.markdown import (
+    COMPARE_COLUMNS,
+    SPREAD_COLUMNS,
+    cells_columns,
+    cells_rows,
+    compare_rows,
+    dummy_weights,
+    spread_rows,
+)
+
+TEX_WIDTH = 130  # command lines (\footnotesize typewriter: about 170 fit the landscape A4 line)
 
 TEX_HINT = "apt-get install --no-install-recommends texlive-latex-base (Debian/Ubuntu), then re-render"
 _ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -39,27 +51,24 @@ def render(run, rows, configs, charts, compare=None, compare_name=None, spread=N
         t.append(r"\fbox{\parbox{0.95\linewidth}{\textcolor{red}{\textbf{" + esc(STANDIN_STAMP) + r".}} "
                  r"A stand-in server answered (it says: " + esc(standin) + r"): no figure comes from a model "
                  r"on a GPU.}}\par\medskip")
+    if dummy_weights(configs):
+        t.append(r"\fbox{\parbox{0.95\linewidth}{\textcolor{red}{\textbf{" + esc(DUMMY_STAMP) + r".}} "
+                 r"The servers load random weights: their drafts are almost never right, so these figures say what "
+                 r"the machinery costs, not which configuration the real model wants.}}\par\medskip")
     t += [r"\begin{itemize}",
           r"\item release \texttt{" + esc(rel.get("id")) + "}, sglang " + esc(rel.get("sglang") or "?")
           + r", fingerprint digest \texttt{" + esc((rel.get("fingerprint_digest") or "")[:16]) + r"}",
           r"\item base instance \texttt{" + esc(run.get("base_instance")) + "}; started " + esc(run.get("started"))
           + ", finished " + esc(run.get("finished") or "(not finished)"),
-          r"\item command: \texttt{" + esc(run.get("command") or "ansible-playbook playbooks/bench.yml") + "}",
-          r"\end{itemize}",
+          r"\item command:", r"\end{itemize}", r"{\footnotesize", r"\begin{verbatim}",
+          *wrap_command((run.get("command") or "ansible-playbook playbooks/bench.yml").split(), TEX_WIDTH),
+          r"\end{verbatim}", "}",
           (r"Accept length = completion tokens / verify steps of the cell's requests (the server's meta\_info); "
           r"it stands beside every throughput figure: near 1, the draft is almost never right.\par\medskip"),
           *_spread(spread),
-          r"\footnotesize",
-          r"\begin{longtable}{llrlrrrrrr}",
-          (r"configuration & workload & conc. & status & tok/s & accept & verify & /metrics acc. & TTFT p50 ms & "
-          r"ITL p50 ms \\ \hline \endhead")]
-    for r in rows:
-        t.append(" & ".join([esc(r["config"] + (f" r{r['repeat']}" if spread else "")), esc(r["workload"]),
-                             str(r["concurrency"]), esc(r["status"]),
-                             _v(r["output_tok_s"]), _v(r["accept_length"], "{:.2f}"), _v(r["spec_verify_ct"]),
-                             _v(r["accept_length_metrics"], "{:.2f}"), _v(r["ttft_p50_ms"]),
-                             _v(r["itl_p50_ms"], "{:.2f}")]) + r" \\")
-    t += [r"\end{longtable}", r"\normalsize"]
+          r"\scriptsize"]
+    # the Markdown report's table, every column of it, widths from the content (layout.col_spec)
+    t += _longtable(cells_columns(bool(spread)), cells_rows(rows, bool(spread))) + [r"\normalsize"]
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
         t += [r"\subsection*{Failed cells}", r"\begin{itemize}"]
@@ -71,20 +80,23 @@ def render(run, rows, configs, charts, compare=None, compare_name=None, spread=N
               r"keepaspectratio]{charts/" + name + ".png}", r"\par " + esc(ch["title"]), r"\end{figure}",
               r"\clearpage"]
     if compare:
-        t += [r"\subsection*{Compared with " + esc(compare_name) + "}", r"\footnotesize",
-              r"\begin{longtable}{llrrrrrr}",
-              r"configuration & workload & conc. & tok/s & other & ratio & accept & other \\ \hline \endhead"]
-        for c in compare:
-            t.append(" & ".join([esc(c["config"]), esc(c["workload"]), str(c["concurrency"]), _v(c["tok_s"]),
-                                 _v(c["tok_s_other"]), _v(c["tok_s_ratio"], "{:.3f}"), _v(c["accept"], "{:.2f}"),
-                                 _v(c["accept_other"], "{:.2f}")]) + r" \\")
-        t += [r"\end{longtable}", r"\normalsize"]
+        t += [r"\subsection*{Compared with " + esc(compare_name) + "}", r"\scriptsize"]
+        t += _longtable(COMPARE_COLUMNS, compare_rows(compare)) + [r"\normalsize"]
     t.append(r"\subsection*{Configurations (full flags)}")
     for c in configs:
-        t += [r"\textbf{" + esc(c["name"]) + "} (" + esc(c.get("algorithm")) + r")\\",
-              r"\texttt{\footnotesize " + esc(" ".join(c.get("args") or [])) + r"}\par\smallskip"]
+        t += [r"\textbf{" + esc(c["name"]) + "} (" + esc(c.get("algorithm")) + ")", r"{\footnotesize",
+              r"\begin{verbatim}", *wrap_command(["python", "-m", "sglang.launch_server", *(c.get("args") or [])],
+                                                 TEX_WIDTH), r"\end{verbatim}", "}", r"\smallskip"]
     t.append(r"\end{document}")
     return "\n".join(t) + "\n"
+
+
+def _longtable(columns, rows) -> list:
+    """A longtable with every column of the Markdown report's table, its widths from the content."""
+    table = {"columns": list(columns), "rows": [[str(c) for c in r] for r in rows]}
+    return ([r"\begin{longtable}{" + col_spec(table) + "}",
+             " & ".join(r"\textbf{" + tex_escape(c, True) + "}" for c in table["columns"]) + r" \\ \hline \endhead"]
+            + [" & ".join(tex_escape(c, True) for c in row) + r" \\" for row in table["rows"]] + [r"\end{longtable}"])
 
 
 def _spread(spread) -> list:
@@ -92,13 +104,8 @@ def _spread(spread) -> list:
         return []
     t = [r"\subsection*{Repeats: median and spread per cell}",
          (r"max/min is the run-to-run spread of the cell's tok/s; a smaller difference between configurations is "
-          r"not a result.\par\smallskip"), r"\footnotesize", r"\begin{longtable}{llrrrrrr}",
-         r"configuration & workload & conc. & measured & median tok/s & min & max & max/min \\ \hline \endhead"]
-    for s in spread:
-        t.append(" & ".join([esc(s["config"]), esc(s["workload"]), str(s["concurrency"]),
-                             f"{s['measured']}/{s['repeats']}", _v(s["tok_s_median"]), _v(s["tok_s_min"]),
-                             _v(s["tok_s_max"]), _v(s["spread"], "{:.3f}")]) + r" \\")
-    return t + [r"\end{longtable}", r"\normalsize", r"\subsection*{Every repeat}"]
+          r"not a result.\par\smallskip"), r"\scriptsize"]
+    return t + _longtable(SPREAD_COLUMNS, spread_rows(spread)) + [r"\normalsize", r"\subsection*{Every repeat}"]
 
 
 def engine():

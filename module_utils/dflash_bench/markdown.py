@@ -3,7 +3,10 @@ the failed cells with their diagnosis, the charts, the full flags, the compariso
 
 from __future__ import annotations
 
-from ansible.module_utils.dflash_bench.charts import STANDIN_STAMP
+from ansible.module_utils.dflash_bench.charts import DUMMY_STAMP, STANDIN_STAMP
+from ansible.module_utils.dflash_bench.layout import wrap_command
+
+MD_WIDTH = 100  # command lines in report.md
 
 
 def _v(value, fmt="{:.1f}"):
@@ -20,9 +23,13 @@ def _table(header, lines) -> list:
     return out
 
 
-def cells_table(rows, repeats=False) -> list:
-    header = ["configuration", "workload", "conc.", *(["rep."] if repeats else []), "status", "tok/s", "accept len.",
-              "verify steps", "/metrics accept", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "prefix reuse"]
+def cells_columns(repeats=False) -> list:
+    """The results table's columns: report.md and report.tex print every one of them."""
+    return ["configuration", "workload", "conc.", *(["rep."] if repeats else []), "status", "tok/s", "accept len.",
+            "verify steps", "/metrics accept", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "prefix reuse"]
+
+
+def cells_rows(rows, repeats=False) -> list:
     lines = []
     for r in rows:
         lines.append([r["config"], r["workload"], r["concurrency"], *([r.get("repeat")] if repeats else []),
@@ -31,15 +38,43 @@ def cells_table(rows, repeats=False) -> list:
                       _v(r["accept_length_metrics"], "{:.2f}"),
                       f"{_v(r['ttft_p50_ms'])} / {_v(r['ttft_p99_ms'])}", (f"{_v(r['itl_p50_ms'], '{:.2f}')} / "
                       f"{_v(r['itl_p99_ms'], '{:.2f}')}"), _v(r["cached_ratio"], "{:.0%}")])
-    return _table(header, lines)
+    return lines
+
+
+def cells_table(rows, repeats=False) -> list:
+    return _table(cells_columns(repeats), cells_rows(rows, repeats))
+
+
+def dummy_weights(configs) -> bool:
+    """A configuration of the run loads random weights (--load-format dummy in its flags)."""
+    for c in configs or []:
+        args = [str(a) for a in c.get("args") or []]
+        if any(a == "--load-format=dummy" for a in args) or any(
+                a == "--load-format" and i + 1 < len(args) and args[i + 1] == "dummy" for i, a in enumerate(args)):
+            return True
+    return False
+
+
+SPREAD_COLUMNS = ["configuration", "workload", "conc.", "measured", "median tok/s", "min - max tok/s", "max / min",
+                  "median accept len."]
+COMPARE_COLUMNS = ["configuration", "workload", "conc.", "tok/s", "other tok/s", "ratio", "accept", "other accept",
+                   "accept ratio"]
+
+
+def spread_rows(spread) -> list:
+    return [[s["config"], s["workload"], s["concurrency"], f"{s['measured']} of {s['repeats']}",
+             _v(s["tok_s_median"]), f"{_v(s['tok_s_min'])} - {_v(s['tok_s_max'])}",
+             _v(s["spread"], "{:.3f}"), _v(s["accept_median"], "{:.2f}")] for s in spread]
+
+
+def compare_rows(compare) -> list:
+    return [[c["config"], c["workload"], c["concurrency"], _v(c["tok_s"]), _v(c["tok_s_other"]),
+             _v(c["tok_s_ratio"], "{:.3f}"), _v(c["accept"], "{:.2f}"), _v(c["accept_other"], "{:.2f}"),
+             _v(c["accept_ratio"], "{:.3f}")] for c in compare]
 
 
 def spread_table(spread) -> list:
-    return _table(["configuration", "workload", "conc.", "measured", "median tok/s", "min - max tok/s", "max / min",
-                   "median accept len."],
-                  [[s["config"], s["workload"], s["concurrency"], f"{s['measured']} of {s['repeats']}",
-                    _v(s["tok_s_median"]), f"{_v(s['tok_s_min'])} - {_v(s['tok_s_max'])}",
-                    _v(s["spread"], "{:.3f}"), _v(s["accept_median"], "{:.2f}")] for s in spread])
+    return _table(SPREAD_COLUMNS, spread_rows(spread))
 
 
 def render(run, rows, configs, charts, compare=None, compare_name=None, workloads_text=None, spread=None) -> str:
@@ -50,6 +85,9 @@ def render(run, rows, configs, charts, compare=None, compare_name=None, workload
     if standin:
         out += [(f"> **{STANDIN_STAMP}.** A stand-in server answered these requests (it says: {standin}): no "
                 "figure below comes from a model on a GPU."), ""]
+    if dummy_weights(configs):
+        out += [(f"> **{DUMMY_STAMP}.** The servers load random weights: their drafts are almost never right, so these "
+                 "figures say what the machinery costs, not which configuration the real model wants."), ""]
     ok = sum(1 for r in rows if r["status"] == "ok")
     failed = [r for r in rows if r["status"] == "failed"]
     out += [
@@ -91,17 +129,13 @@ def render(run, rows, configs, charts, compare=None, compare_name=None, workload
     if compare:
         out += [f"## Compared with {compare_name}", "",
                 "ratio = this run / the other run, per cell (matched by configuration, workload, concurrency).", ""]
-        out += _table(["configuration", "workload", "conc.", "tok/s", "other tok/s", "ratio", "accept", "other accept",
-                       "accept ratio"],
-                      [[c["config"], c["workload"], c["concurrency"], _v(c["tok_s"]), _v(c["tok_s_other"]),
-                        _v(c["tok_s_ratio"], "{:.3f}"), _v(c["accept"], "{:.2f}"), _v(c["accept_other"], "{:.2f}"),
-                        _v(c["accept_ratio"], "{:.3f}")] for c in compare]) + [""]
+        out += _table(COMPARE_COLUMNS, compare_rows(compare)) + [""]
     out += ["## Configurations (full flags)", ""]
     for c in configs:
         where = (f"running instance `{c.get('running')}`" if c.get("running")
                  else f"GPU {','.join(str(g) for g in c.get('gpus') or [])}, port {c.get('port')}")
         out += [f"### {c['name']}", "", f"{c.get('algorithm')}; {where}", "",
-                "```", "python -m sglang.launch_server " + " ".join(c.get("args") or []), "```"]
+                "```", *wrap_command(["python", "-m", "sglang.launch_server", *(c.get("args") or [])], MD_WIDTH), "```"]
         if c.get("changes"):
             out += ["", "Changed from the release's instance: " + "; ".join(c["changes"]) + "."]
         for o in c.get("overrides") or []:

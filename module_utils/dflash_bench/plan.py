@@ -164,8 +164,13 @@ def plan(host, manifest, release_path, configs, fingerprint, listeners, draft_bl
                     "fingerprint_digest_now": fingerprint_digest(fingerprint) if fingerprint else None,
                     "toolkit": manifest.get("toolkit"), "sglang": (manifest.get("tree") or {}).get("sglang_version"),
                     "patches": [p.get("name") for p in (manifest.get("tree") or {}).get("patches") or []]},
+        # the interpreter its servers run: the base instance's own sglang version's venv (an instance of another
+        # version than the host's), else the release's
         "base": {"name": base_name, "args": base.get("args"), "env": base.get("env"),
-                 "applied": base.get("applied") or []},
+                 "applied": base.get("applied") or [],
+                 "python": (f"{base['venv'].rstrip('/')}/bin/python" if base.get("venv") not in (None, manifest.get("venv"))
+                            else f"{release_path}/venv/bin/python"),
+                 "sglang": base.get("sglang_version") or (manifest.get("tree") or {}).get("sglang_version")},
         "gpu_pool": pool,
         "configurations": out,
         "waves": order,

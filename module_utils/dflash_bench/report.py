@@ -51,7 +51,8 @@ def render_run(run_dir, compare_to=None, results_dir=None, pdf=True, charts=True
     drawn = {}
     try:  # matplotlib is imported when drawing: a controller without it still gets the tables
         if rows and charts:
-            drawn = draw_all(med, os.path.join(run_dir, "charts"), standin)
+            drawn = draw_all(med, os.path.join(run_dir, "charts"), standin,
+                             markdown.dummy_weights((run.get("plan") or {}).get("configurations")))
     except ImportError as exc:
         warnings.append(f"no charts: {exc} (matplotlib is in pyproject.toml: uv sync)")
     files += [c["path"] for c in drawn.values()]

@@ -8,6 +8,7 @@ import os
 
 from ansible.module_utils.dflash_diagnose import hang as _hang
 from ansible.module_utils.dflash_diagnose import host as _host
+from ansible.module_utils.dflash_diagnose import version as _version
 from ansible.module_utils.dflash_diagnose.facts import _collect_facts
 from ansible.module_utils.dflash_diagnose.fill import _clip, _evidence, _fill
 from ansible.module_utils.dflash_diagnose.rule import Rule
@@ -37,13 +38,14 @@ from ansible.module_utils.dflash_diagnose.unknown import (
 
 
 def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None, fingerprint: dict | None = None,
-                  silent_seconds: float | None = None) -> dict:
+                  silent_seconds: float | None = None, sglang: dict | None = None) -> dict:
     """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}.
 
     ``fingerprint``: the host's ``dflash_fingerprint`` (its GPU, SM, driver, CUDA and toolkits replace what the
     log seems to say; result key ``host``). ``silent_seconds``: how long the log has been silent while the
     server was still starting (the wait knows it): a log without an error is then a hang (``startup_hang``)
-    wherever it stopped."""
+    wherever it stopped. ``sglang``: the facts of the sglang version the server runs (dflash_common/sglang.py
+    ``Facts.host``): the remedies name that version's pins and options (diagnose/version.py)."""
     lines = _split_lines(text or "")
     scan = _Scan(lines)
     segs = _segments(lines, scan)
@@ -51,6 +53,7 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
     facts, host_notes = _host.merge(_collect_facts([lines[i].text for i in sorted(scan.fact_lines)]), host)
     if host.get("sm"):
         facts["host_sm"], facts["host_gpu"] = host["sm"], host.get("gpu")
+    facts.update(_version.fill(sglang))
     rule_lines = sorted(scan.rule_lines)
     exceptions = raised(lines)
 
@@ -241,10 +244,10 @@ def _hang_verdict(lines, healthy, silent_seconds, host) -> dict | None:
 
 
 def diagnose_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, fingerprint: dict | None = None,
-                  silent_seconds: float | None = None) -> dict:
+                  silent_seconds: float | None = None, sglang: dict | None = None) -> dict:
     text, info = read_log(path, max_bytes=max_bytes)
     return diagnose_text(text, source=os.path.basename(path), read_info=info, fingerprint=fingerprint,
-                         silent_seconds=silent_seconds)
+                         silent_seconds=silent_seconds, sglang=sglang)
 
 
 def fields_for(cause: str) -> list[Rule]:

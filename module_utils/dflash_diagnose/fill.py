@@ -274,7 +274,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
         f["nccl_remedy"] = _nccl_remedy(seg_text)
     if match.rule.cause == "cuda_oom":
         f.update(_oom_details(seg_text, facts, match, lines))
-    if match.rule.cause in _startup.CAUSES:
+    if match.rule.cause in _startup.CAUSES or match.rule.name.startswith("blackwell_hybrid_gdn"):
         # the deciding line with the few lines before it (an assert statement, the frame that raised)
         near = "\n".join(ln.text for ln in lines[max(0, match.line.index - 3): match.line.index + 1])
         f.update(_startup.fill(g, facts, near if match.rule.name == "gpu_arch_refused" else seg_text,

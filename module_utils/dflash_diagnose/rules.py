@@ -10,7 +10,6 @@ tried against the table: add a keyword when a new pattern's words are not there 
 
 from __future__ import annotations
 
-from ansible.module_utils.dflash_common import sglang as _sg
 from ansible.module_utils.dflash_diagnose import rules_startup as _startup
 from ansible.module_utils.dflash_diagnose.rule import Rule, _rx
 
@@ -110,6 +109,14 @@ RULES: list[Rule] = [
          "FlashInfer rejected this GPU architecture{sm_s}",
          "start with `--attention-backend triton` (and `--sampling-backend pytorch`), or install a "
          "FlashInfer build / CUDA >= 12.9 nvcc whose JIT supports {sm_arch}"),
+    Rule("blackwell_hybrid_gdn_flashinfer", "flashinfer_arch", 93,
+         # sglang 0.5.17+ attention_registry.py: FlashInfer refused for hybrid GDN models on SM 10.x/11.x
+         _rx(r"Only \{(?P<gdn_allowed>[^}\n]{1,80})\} backends are supported on Blackwell GPUs for hybrid GDN "
+             r"models\. Got (?:attention_backend=(?P<gdn_got>flashinfer)|prefill=(?P<gdn_got_p>\w+), "
+             r"decode=(?P<gdn_got_d>\w+))"),
+         "{sg_version} refuses FlashInfer attention for hybrid GDN models on this Blackwell GPU{sm_s}: it allows "
+         "{gdn_allowed_words}{gdn_got_s}",
+         _startup.GDN_BLACKWELL_REMEDY),
     Rule("flashinfer_unsupported_arch", "flashinfer_arch", 91,
          _rx(r"flashinfer[^\n]*Unsupported architectur|Unsupported architectur[^\n]*flashinfer"
              r"|backends are supported on Blackwell[^\n]*attention_backend=flashinfer"),
@@ -174,21 +181,21 @@ RULES: list[Rule] = [
              r"|No module named 'xgrammar\.(?P<xgr_sub>[\w.]+)'"),
          "the installed xgrammar{xgrammar_version_s} lacks {xgr_symbol} that this sglang needs",
          "add `--grammar-backend none` to the instance flags (no grammar-constrained output), or pin "
-         "xgrammar>=0.1.32 (what sglang 0.5.11 requires) in the layer and redeploy"),
+         "{sg_xgrammar_pin} in the layer and redeploy"),
 
     Rule("xgrammar_binding_mismatch", "xgrammar_structural_tag", 87,
          _rx(r"(?:Mismatched type|incompatible function arguments|TypeError)[^\n]*xgrammar[\w.]*"
              r"|xgrammar[\w.]*[^\n]*(?:Mismatched type|incompatible function arguments)"),
          "the installed xgrammar{xgrammar_version_s} does not match the API this sglang calls",
-         "add `--grammar-backend none` to the instance flags, or pin the xgrammar version this sglang "
-         "pins (sglang 0.5.11: xgrammar==0.1.32) in the layer and redeploy"),
+         "add `--grammar-backend none` to the instance flags, or pin {sg_xgrammar_pin} in the layer and "
+         "redeploy"),
 
     # ---------------------------------------------------------------- kernel_abi
     Rule("sgl_kernel_common_ops", "kernel_abi", 86,
          _rx(r"\[sgl_kernel\] CRITICAL: Could not load any common_ops library"),
          "sgl_kernel's compiled common_ops could not be loaded (ABI mismatch with {torch})",
          "install the sglang-kernel wheel built for {torch} and its CUDA "
-         "(sglang 0.5.11 pairs sglang-kernel 0.4.2 with torch 2.11.0+cu130); keep torch, triton, "
+         "({sg_kernel_pair}); keep torch, triton, "
          "nvidia-* and sgl_kernel from ONE CUDA build (do not mix +cu128 and +cu130)"),
     Rule("undefined_symbol", "kernel_abi", 85,
          _rx(r"(?P<so_path>[\w./+-]*\.so[\w.]*): undefined symbol: (?P<symbol>\S+)"
@@ -211,7 +218,7 @@ RULES: list[Rule] = [
              r"|No such operator (?P<op_full>sgl_kernel::\w+|_C::\w+)"),
          "the compiled kernel library{op_ns_s} does not provide the op {op_name} (its version does not "
          "match the Python package calling it)",
-         "install the kernel package version the server pins (sglang 0.5.11 -> sglang-kernel 0.4.2; "
+         "install the kernel package version the server pins ({sg_kernel_pin}; "
          "vllm -> its own vllm._C build), built for {torch}"),
     Rule("operator_missing", "kernel_abi", 79,
          _rx(r"operator (?P<op_full2>\w+::\w+) does not exist"),
@@ -434,7 +441,7 @@ RULES: list[Rule] = [
          _rx(r"No module named '(?P<sgl_module>sglang\.[\w.]+)'"),
          "the installed sglang has no module '{sgl_module}' (another sglang version, or the patched tree "
          "is not the one on the path)",
-         "deploy the sglang tree that provides {sgl_module}: the toolkit's patched sglang 0.5.11 "
+         "deploy the sglang tree that provides {sgl_module}: the toolkit's patched tree of {sg_version} "
          "(dflash_tree) on PYTHONPATH of the unit, not a plain PyPI sglang; check `python -c 'import "
          "sglang; print(sglang.__file__)'` in the unit's venv"),
     Rule("sndfile_lib", "missing_module", 79,
@@ -447,7 +454,7 @@ RULES: list[Rule] = [
     Rule("fa3_flash_ops_missing", "missing_module", 65,
          _rx(r"cannot import name 'flash_ops' from 'sgl_kernel'|No module named 'sgl_kernel\.flash_ops'"),
          "sgl_kernel in this venv has no FA3 kernels (sgl_kernel.flash_ops), which the fa3 attention backend "
-         "needs" + (" (sglang's default on Hopper)" if _sg.HOPPER_DEFAULT_ATTENTION == "fa3" else ""),
+         "needs ({sg_version}'s default on Hopper is {sg_hopper_default})",
          "start with `--attention-backend flashinfer` or `triton` (the toolkit's fallback rule sm90-without-fa3 "
          "does this when the probe finds no flash_ops), or install the full sglang-kernel wheel with its "
          "flash_ops extension, then restart"),
@@ -474,8 +481,7 @@ RULES: list[Rule] = [
     Rule("ext_module_missing", "kernel_abi", 77,
          _rx(r"No module named '(?P<ext_module>common_ops|sgl_kernel\.common_ops)'"),
          "sgl_kernel's compiled {ext_module} could not be imported (no build for this torch/CUDA/GPU)",
-         "install the sglang-kernel wheel built for {torch} and its CUDA (sglang 0.5.11 pairs "
-         "sglang-kernel 0.4.2 with torch 2.11.0+cu130)"),
+         "install the sglang-kernel wheel built for {torch} and its CUDA ({sg_kernel_pair})"),
     Rule("compiled_ext_missing", "missing_module", 78,
          _rx(r"No module named '(?P<ext_module2>[\w.]*\._C|[\w.]*_C)'"),
          "the compiled extension module '{ext_module2}' is missing from the venv",

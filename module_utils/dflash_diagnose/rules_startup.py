@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.dflash_common import sglang as _sg
 from ansible.module_utils.dflash_diagnose import arch as _arch
 from ansible.module_utils.dflash_diagnose import hang as _hang
 from ansible.module_utils.dflash_diagnose.arch import ARCH_WORDS
@@ -39,9 +38,6 @@ _REFUSAL = (
     r"|\bcannot be used (?:with|together)\b|\bcan only be used with\b|\bis only supported (?:with|when|for)\b"
     r"|\b(?:is|are) required for\b[^\n]*\bbut got\b)"
 )
-# what the pinned sglang accepts (dflash_common/sglang.py): the remedies name the same backends the validation does
-_TREE_MASK = _sg.either(_sg.TREE_MASK_ATTENTION_BACKENDS)
-_TREE_MASK_NOT_TRITON = next(b for b in _sg.TREE_MASK_ATTENTION_BACKENDS if b != "triton")
 _OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
 
 _HYBRID_REMEDY = (
@@ -51,6 +47,13 @@ _HYBRID_REMEDY = (
     "prefix cache with `--disable-radix-cache`; if the server has no speculative path for this architecture on "
     "this device, use a release that has one or deploy the instance with algorithm NONE (no draft) until then"
 )
+
+# sglang 0.5.17+'s Blackwell sets for hybrid GDN targets (upstream sgl-project/sglang#35080), in the version's words
+GDN_BLACKWELL_REMEDY = (
+    "start with `--attention-backend {gdn_first}` (pin_flags {{'--attention-backend': {gdn_first}}}); for sglang 0.5.17 on "
+    "SM 10.x/11.x the toolkit's rule blackwell-hybrid-gdn-attention makes it triton, and its validation refuses a "
+    "pinned backend outside the set before a deploy (sglang 0.5.23 allows FlashInfer on SM 10.x again; upstream "
+    "sgl-project/sglang#35080)")
 
 # (name, cause, priority, pattern, summary, remedy, weak, unless)
 ROWS = [
@@ -109,17 +112,60 @@ ROWS = [
      # sglang's _handle_model_specific_adjustments (NemotronH, LFM2: the first layer may not be attention)
      r"(?P<arch>\w+For\w+) does not support (?P<refused>\w+) attention backend",
      "sglang refuses the {refused} attention backend on {arch}",
-     (f"give the instance another attention backend (`--attention-backend {_TREE_MASK_NOT_TRITON}` in pin_flags), "
-     f"and check which fallback rule chose {{refused}} (dflash_flags names it); DDTREE needs {_TREE_MASK}: "
-     f"{_TREE_MASK_NOT_TRITON}"),
+     ("give the instance another attention backend (`--attention-backend {sg_tree_mask_not_triton}` in pin_flags), "
+     "and check which fallback rule chose {refused} (dflash_flags names it); DDTREE needs {sg_tree_mask}: "
+     "{sg_tree_mask_not_triton}"),
      False, None),
     ("ddtree_tree_mask_backend", "incompatible_options", 61,
-     # this toolkit's patch 0102: DDTREE's verify needs a target attention backend with a tree mask
-     r"DDTREE needs a target attention backend that takes a tree mask[^\n]*?got (?P<backend>\w+)",
+     # this toolkit's patches: DDTREE's verify needs a target attention backend with a tree mask (0.5.11's 0102:
+     # "... got fa3"; 0.5.17/0.5.23's 0001: "... the verify would run on fa3")
+     r"DDTREE needs a target attention backend that takes a tree mask[^\n]*?(?:got|would run on) (?P<backend>\w+)",
      ("DDTREE's tree verify needs a target attention backend that takes a per-request tree mask "
-     f"({_TREE_MASK}); this server runs {{backend}}"),
+     "({sg_tree_mask}); this server runs {backend}"),
      ("set `--attention-backend triton` for the instance (pin_flags); this toolkit derives it on Hopper, where "
-     f"sglang's default is {_sg.HOPPER_DEFAULT_ATTENTION.upper()} (rule tree-verify-attention-triton)"), False, None),
+     "{sg_version}'s default is {sg_hopper_default} (rule tree-verify-attention-triton)"), False, None),
+    ("ddtree_option_refused", "incompatible_options", 62,
+     # this toolkit's 0.5.17 / 0.5.23 series (ddtree_spec.handle_ddtree_args): options DDTREE refuses at start
+     (r"DDTREE (?:does not support|tree mode cannot run with) (?P<ddtree_flag>--[a-z][\w-]+(?: extra_buffer_lazy)?)"
+      r"[:,]?\s*(?P<ddtree_why>[^\n]{0,160})"),
+     "DDTREE on {sg_version} refuses {ddtree_flag} at start",
+     ("leave {ddtree_flag} out of the instance's extra_args / pin_flags ({ddtree_why}); the toolkit's validation "
+      "refuses it before a deploy changes anything"), False, None),
+    ("ddtree_draft_head_refused", "incompatible_options", 62,
+     # this toolkit's 0.5.23 series (DDTreeWorkerV2): drafts whose head is not the plain top-k of the block
+     r"DDTREE takes a plain DFlash draft[^\n]*?runs a (?P<draft_head>Domino / selector / LiLiCorr) head",
+     "the draft runs a {draft_head} head, which DDTREE on {sg_version} cannot use (it takes a plain DFlash draft)",
+     ("serve this draft with algorithm DFLASH, or give the DDTREE instance a plain DFlash draft; the toolkit's "
+      "validation reads the draft's config.json and refuses this before a deploy changes anything"), False, None),
+    ("blackwell_hybrid_gdn_backend", "incompatible_options", 93,
+     # sglang 0.5.17/0.5.23 attention_registry.py (upstream sgl-project/sglang#35080); 0.5.11's wording too
+     (r"Only \{(?P<gdn_allowed>[^}\n]{1,80})\} backends are supported on Blackwell GPUs for hybrid GDN models\. "
+      r"Got (?:attention_backend=(?P<gdn_got>\w+)|prefill=(?P<gdn_got_p>\w+), decode=(?P<gdn_got_d>\w+))"
+      r"|(?P<gdn_allowed_old>triton, trtllm_mha, fa4, or flashinfer) backend are the only supported backends on "
+      r"Blackwell GPUs for hybrid GDN models"),
+     ("{sg_version} refuses this attention backend for hybrid GDN models on this Blackwell GPU{sm_s}: it allows "
+     "{gdn_allowed_words}{gdn_got_s}"),
+     GDN_BLACKWELL_REMEDY, False,
+     # FlashInfer refused keeps its cause (flashinfer_arch: rules.py's blackwell_hybrid_gdn_flashinfer)
+     r"(?:attention_backend|prefill|decode)=flashinfer"),
+    ("gdn_flashinfer_prefill_state_dtype", "incompatible_options", 63,
+     # FlashInfer's GDN prefill on SM120 needs float32 state checkpoints, its decode on SM 10+ a bfloat16 state
+     # (sglang 0.5.17+): the two together cannot start (sgl-project/sglang#36532)
+     r"state_checkpoints must have dtype float32, got torch\.bfloat16",
+     ("FlashInfer's Gated DeltaNet prefill needs a float32 recurrent state here{sm_s}, while its decode on SM 10+ "
+      "needs bfloat16 (--mamba-ssm-dtype bfloat16): FlashInfer for both cannot run (sgl-project/sglang#36532)"),
+     ("start with `--linear-attn-prefill-backend triton` (keep `--linear-attn-decode-backend flashinfer` with "
+      "`--mamba-ssm-dtype bfloat16`, the combination that runs), or drop the flashinfer linear-attention backends"),
+     False, None),
+    ("gdn_flashinfer_bf16_state", "incompatible_options", 66,  # above gpu_arch_refused: it names SM100+
+     # sglang 0.5.17 server_args.py / 0.5.23 arg_groups/attention_hook.py
+     (r"(?P<gdn_flag>--linear-attn-(?:decode|verify|prefill)-backend) flashinfer on SM100\+ requires "
+     r"--mamba-ssm-dtype bfloat16"),
+     ("{sg_version} refuses FlashInfer's Gated DeltaNet kernels ({gdn_flag} flashinfer) on this SM 10+ GPU{sm_s} "
+     "without a bfloat16 recurrent state"),
+     ("drop --mamba-ssm-dtype from the instance's flags (the toolkit's rule blackwell-gdn-flashinfer-bf16-state "
+      "then sets bfloat16), or drop {gdn_flag} flashinfer (sglang's Triton kernels keep a float32 state)"),
+     False, None),
     ("backend_refuses_speculative", "incompatible_options", 60,
      r"(?:Currently )?(?P<backend>\w+Backend) does not support speculative decoding",
      "the attention backend {backend} (chosen by the options) refuses speculative decoding",
@@ -207,7 +253,7 @@ KEYWORDS = (
     "capture", "capturing", "ddtree", "extra_buffer",
     "blackwell", "hopper", "ampere", "volta", "turing", "pascal", " ada", "sm_", "sm1", "sm9", "sm8", "sm7", "sm 1",
     "sm 9", "sm 8", "sm 7", "arch.sm", "capabilit", "is required", "trimmable", "rollback", "piecewise",
-    "compaction stall",
+    "compaction stall", "state_checkpoints",
 )
 
 
@@ -231,6 +277,18 @@ def fill(groups: dict, facts: dict, text: str, rule_name: str = "", line_text: s
     out["backend"] = groups.get("backend") or "the attention backend"
     out["refused"] = groups.get("refused") or "this"
     out["kernel"] = groups.get("kernel") or "?"
+    # blackwell_hybrid_gdn_backend: "Only {'triton', 'fa4', ...} backends ..." (a Python set's repr) or 0.5.11's list
+    allowed = re.findall(r"\w+", groups.get("gdn_allowed") or groups.get("gdn_allowed_old") or "")
+    allowed = [b for b in allowed if b != "or"]
+    order = [b for b in ("triton", "trtllm_mha", "flashinfer", "fa4") if b in allowed] + sorted(
+        b for b in allowed if b not in ("triton", "trtllm_mha", "flashinfer", "fa4"))
+    out["gdn_allowed_words"] = ", ".join(order) or "the backends the message names"
+    out["gdn_first"] = order[0] if order else "triton"
+    got = groups.get("gdn_got") or ", ".join(x for x in (groups.get("gdn_got_p"), groups.get("gdn_got_d")) if x)
+    out["gdn_got_s"] = f" (this server runs {got})" if got else ""
+    out["ddtree_flag"] = groups.get("ddtree_flag") or "the option"
+    out["ddtree_why"] = (groups.get("ddtree_why") or "").strip().rstrip(".") or "the message says why"
+    out["gdn_flag"] = groups.get("gdn_flag") or "--linear-attn-decode-backend"
     ms = groups.get("mamba_strategy") or (re.search(r"--mamba-scheduler-strategy (\w+)", text or "") or [None, None])[1]
     out["mamba_strategy_s"] = f" under --mamba-scheduler-strategy {ms}" if ms else ""
     low = check.lower()

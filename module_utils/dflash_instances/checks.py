@@ -23,6 +23,7 @@ RESERVED_ENV = {
     "DFLASH_API_KEY": "set from the field 'api_key'",
     "DFLASH_ADMIN_API_KEY": "set from the field 'admin_api_key'",
     "PYTHONPATH": "the patched sglang tree of the release (the tree stage)",
+    "DFLASH_PYTHON": "the venv of the instance's sglang version (the release stage; dflash-launch runs it)",
     "HOME": "the instance's cache directory (the unit)",
     "XDG_CACHE_HOME": "the instance's cache directory (the unit)",
     "PYTHONUNBUFFERED": "set by the unit",

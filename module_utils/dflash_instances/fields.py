@@ -20,7 +20,7 @@ INSTANCE_KEYS = {
     "name", "gpus", "port", "algorithm", "model_path", "draft_model_path", "tp",
     "mem_fraction_static", "context_length", "ddtree", "allow_busy_gpus", "extra_args", "env",
     "pin_flags", "disabled_rules", "model_source", "host", "api_key", "admin_api_key", "reasoning_parser",
-    "smoke_gates",
+    "smoke_gates", "sglang_version",
 } | _tp.TP_KEYS
 REASONING_PARSER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DDTREE_KEYS = {"budget", "topk", "mode"}
@@ -120,6 +120,12 @@ def block_size_for(inst, draft_facts):
     if draft_facts and draft_facts.get("block_size") is not None:
         return int(draft_facts["block_size"]), draft_facts.get("block_size_source") or "config.json"
     return DEFAULT_BLOCK_SIZE, "sglang's default (no block_size in the draft's config.json)"
+
+def instance_version(inst, host_version):
+    """The sglang version an instance runs: its own ``sglang_version``, else the host's (dflash_sglang_version)."""
+    own = inst.get("sglang_version") if isinstance(inst, dict) else None
+    return str(own) if own not in (None, "") else (str(host_version) if host_version is not None else None)
+
 
 def _target_facts_of(inst, host_facts):
     """The target's config facts gathered on the host (model_path, else the staged model_source)."""

@@ -5,6 +5,7 @@ Pure functions, no Ansible import."""
 from __future__ import annotations
 
 from ansible.module_utils.dflash_common import secrets as dflash_secrets
+from ansible.module_utils.dflash_common import sglang as _sg
 from ansible.module_utils.dflash_common.argv import split_flags
 from ansible.module_utils.dflash_common.net import local_url
 from ansible.module_utils.dflash_instances import fields as _fields
@@ -56,10 +57,28 @@ def build_env(inst, host_facts, tree, rule_env):
     return env
 
 
-def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), bind_host="127.0.0.1"):
-    """One instance's entry of the dflash_flags fact."""
+def runtime_of(inst, host_version, probe, host_facts, tree, runtimes):
+    """(version, probe, host facts, tree, venv) an instance runs with: its sglang version's runtime
+    (``runtimes``: {version: {probe, tree, venv}}, the layers and tree stages' per-version facts; the host facts'
+    ``runtimes`` hold that version's final-layer CUDA pieces and FA3), else the host's (``probe``, ``tree``)."""
+    version = _fields.instance_version(inst, host_version or _sg.default_version())
+    rt = (runtimes or {}).get(version)
+    if rt is None:
+        return version, probe, host_facts, tree, None
+    hf = dict(host_facts or {})
+    own = ((host_facts or {}).get("runtimes") or {}).get(version)
+    if own is not None:
+        hf["overlay"], hf["sgl_kernel"] = own.get("overlay") or {}, own.get("sgl_kernel") or {}
+    return version, rt.get("probe"), hf, rt.get("tree"), rt.get("venv")
+
+
+def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabled=(), bind_host="127.0.0.1",
+                  host_version=None, runtimes=None):
+    """One instance's entry of the dflash_flags fact, for the sglang version it runs (``host_version``: the host's,
+    ``runtimes``: each version's probe, tree and venv; runtime_of)."""
     inst = _fields.effective_instance(inst)
-    ctx = _rules.rule_context(inst, fingerprint, probe, host_facts)
+    version, probe, host_facts, tree, venv = runtime_of(inst, host_version, probe, host_facts, tree, runtimes)
+    ctx = _rules.rule_context(inst, fingerprint, probe, host_facts, _sg.facts(version))
     user_flags = set(split_flags([str(a) for a in inst["extra_args"]])) | set(inst["pin_flags"])
     disabled = set(host_disabled or ()) | set(inst["disabled_rules"])
     applied, skipped = _rules.evaluate_rules(rules, ctx, disabled, user_flags)
@@ -67,7 +86,7 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
     for a in applied:
         fallback += a["flags"]
         rule_env.update(a.get("env") or {})
-    return {
+    out = {
         "args": build_args(inst, fallback, bind_host),
         "env": build_env(inst, host_facts, tree, rule_env),
         "applied": applied,
@@ -84,11 +103,19 @@ def plan_instance(inst, rules, fingerprint, probe, host_facts, tree, host_disabl
         "model_source": inst.get("model_source"),
         "model_path": inst.get("model_path"),
         "secrets": sorted(dflash_secrets.instance_secrets(inst)),
+        "sglang_version": version,
     }
+    if runtimes:
+        # the release runs this instance with its version's venv and tree (dflash_release/manifest.py)
+        out["venv"] = venv
+        out["tree_path"] = (tree or {}).get("path") if isinstance(tree, dict) else None
+    return out
 
 
-def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), bind_host="127.0.0.1"):
-    return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled, bind_host)
+def plan_flags(instances, rules, fingerprint, probe, host_facts, tree, host_disabled=(), bind_host="127.0.0.1",
+               host_version=None, runtimes=None):
+    return {str(i["name"]): plan_instance(i, rules, fingerprint, probe, host_facts, tree, host_disabled, bind_host,
+                                          host_version, runtimes)
             for i in instances or []}
 
 
@@ -97,6 +124,9 @@ def flags_report(flags):
     lines = []
     for name, f in sorted((flags or {}).items()):
         lines.append(f"{name}: python -m sglang.launch_server {' '.join(f['args'])}")
+        if f.get("sglang_version"):
+            lines.append(f"  sglang {f['sglang_version']}" + (f" (venv {f['venv']}, tree {f['tree_path']})"
+                                                               if f.get("venv") else ""))
         for a in f["applied"]:
             if a.get("warn"):
                 lines.append(f"  WARNING rule {a['rule']}: {a['reason']}")

@@ -135,6 +135,23 @@ def draft_block_size(config_text):
     return None, None, None
 
 
+def draft_head(config_text):
+    """The draft's head as its config.json names it (for the drafts DDTREE refuses, dflash_instances/model.py):
+    {architecture, projector_type, selector_rank, lilicorr}; {} when the text is not a JSON object."""
+    try:
+        cfg = json.loads(config_text)
+    except ValueError:
+        return {}
+    if not isinstance(cfg, dict):
+        return {}
+    dc = cfg.get("dflash_config") if isinstance(cfg.get("dflash_config"), dict) else {}
+    archs = cfg.get("architectures")
+    lilicorr = any(str(k).startswith("lilicorr_") for k in dc) and dc.get("lilicorr_enabled") is not False
+    return {"architecture": archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None,
+            "projector_type": dc.get("projector_type", cfg.get("projector_type")),
+            "selector_rank": dc.get("selector_rank") or None, "lilicorr": lilicorr}
+
+
 def nvcc_version_of(nvcc, runner=None):
     runner = runner or (
         lambda argv: subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout)
@@ -221,7 +238,9 @@ def login_homes(passwd=None):
 
 
 def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None,
-                      sgl_kernel_file=None, prefix=None, space_paths=()):
+                      sgl_kernel_file=None, prefix=None, space_paths=(), runtimes=None):
+    """``runtimes``: {sglang version: {layer_path, sgl_kernel_file}} of every version the host's instances run
+    (its final layer and probe); their CUDA pieces and FA3 go to ``runtimes`` of the result, per version."""
     paths, drafts, targets = {}, {}, {}
     tmpfs = tmpfs_mounts(_read(os.path.join(proc, "mounts"), ""))
     for inst in instances or []:
@@ -239,7 +258,7 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
                              "error": None if not os.path.isdir(d) else "no config.json in the draft directory"}
             else:
                 size, source, error = draft_block_size(text)
-                drafts[d] = {"block_size": size, "block_size_source": source, "error": error}
+                drafts[d] = dict(draft_head(text), block_size=size, block_size_source=source, error=error)
         for key in ("model_path", "model_source"):  # a staged model may not be in place yet
             t = inst.get(key)
             if isinstance(t, str) and t.startswith("/") and t not in targets:
@@ -262,6 +281,9 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         # each directory a deploy writes ((path, what) or a path) and its filesystem's free space
         "disk": [dict(dflash_diskspace.free_space(p[0] if isinstance(p, (tuple, list)) else p),
                       what=p[1] if isinstance(p, (tuple, list)) else "") for p in space_paths or ()],
+        "runtimes": {str(v): {"overlay": overlay_cuda(r.get("layer_path"), runner) if r.get("layer_path") else {},
+                              "sgl_kernel": sgl_kernel_facts(r.get("sgl_kernel_file"))}
+                     for v, r in (runtimes or {}).items() if isinstance(r, dict)},
     }
 
 

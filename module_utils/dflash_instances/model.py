@@ -3,17 +3,18 @@
 The seeds serve Qwen3.6-27B, a Qwen3.5-family *hybrid*: Gated DeltaNet (linear attention with a
 recurrent and a convolution state) in three layers of four, full attention in every fourth. On
 such targets sglang 0.5.11 needs a radix-cache / mamba-scheduler choice for speculative
-decoding, and DDTREE's tree verify needs linear-attention kernels that follow a tree. This module
-reads the facts (architecture, layer types, linear-attention kind) and says what cannot work;
-the flag choices are rules in roles/dflash_instances/vars/main.yml (docs/fallbacks.md).
+decoding (from 0.5.17 sglang resolves it itself), and DDTREE's tree verify needs linear-attention kernels that
+follow a tree. This module reads the facts (architecture, layer types, linear-attention kind) and says what cannot
+work with the instance's sglang version (``sg``: dflash_common/sglang.py's Facts of that version); the flag choices
+are rules in roles/dflash_instances/vars/main.yml (docs/fallbacks.md).
 """
 
 from __future__ import annotations
 
 import json
 
-from ansible.module_utils.dflash_common import sglang
 from ansible.module_utils.dflash_common.argv import flag_values
+from ansible.module_utils.dflash_common.sglang import either
 
 # architectures whose linear-attention layers sglang 0.5.11 runs with the Gated DeltaNet backend
 # (GDNAttnBackend: its triton verify kernels follow retrieve_parent_token, i.e. a tree;
@@ -50,6 +51,9 @@ LINEAR_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gated_deltanet", "
 # sglang flags whose value "flashinfer" makes the Gated DeltaNet verify kernel FlashInfer's, which
 # refuses a tree (retrieve_parent_token must be None)
 LINEAR_BACKEND_FLAGS = ("--linear-attn-backend", "--linear-attn-decode-backend", "--linear-attn-prefill-backend")
+# the mamba radix-cache strategy: --mamba-scheduler-strategy up to 0.5.17 (a deprecated alias there),
+# --mamba-radix-cache-strategy from 0.5.17 (the only one in 0.5.23)
+MAMBA_STRATEGY_FLAGS = ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy")
 
 
 def target_facts(config_text):
@@ -135,8 +139,13 @@ def radix_cache_disabled(inst):
     return "--disable-radix-cache" in user_args(inst)
 
 
-def hybrid_instance_errors(inst, facts):
-    """[(field, message)] for what cannot work on this hybrid target; [] if none (or not hybrid)."""
+def strategy_values(args):
+    return [v for flag in MAMBA_STRATEGY_FLAGS for v in flag_values(args, flag)]
+
+
+def hybrid_instance_errors(inst, facts, sg):
+    """[(field, message)] for what cannot work on this hybrid target with sglang ``sg``; [] if none (or not
+    hybrid)."""
     if not facts or not facts.get("hybrid"):
         return []
     errors = []
@@ -154,53 +163,158 @@ def hybrid_instance_errors(inst, facts):
                                           "from its parent's) this toolkit's patches carry and have shown lossless; "
                                           "use ddtree.mode shadow-linear (verifies a chain), or algorithm "
                                           "DFLASH")))  # fmt: skip
-        for flag in LINEAR_BACKEND_FLAGS:
-            if "flashinfer" in flag_values(args, flag):
-                errors.append(("extra_args", (f"{flag} flashinfer: FlashInfer's Gated DeltaNet verify kernel cannot "
-                                             f"follow a tree, so DDTREE tree verify cannot run on {arch} with it; "
-                                             "drop the flag (triton is sglang's default) or set ddtree.mode "
-                                             "shadow-linear")))  # fmt: skip
+        if not sg.gdn_tree_verify_with_flashinfer:
+            for flag in LINEAR_BACKEND_FLAGS:
+                if "flashinfer" in flag_values(args, flag):
+                    errors.append(("extra_args", (f"{flag} flashinfer: in sglang {sg.version} FlashInfer's Gated "
+                                                 "DeltaNet verify kernel cannot follow a tree, so DDTREE tree verify "
+                                                 f"cannot run on {arch} with it; drop the flag (triton is sglang's "
+                                                 "default) or set ddtree.mode shadow-linear")))  # fmt: skip
+    if sg.mamba_radix_cache_auto:
+        return errors  # sglang resolves the radix cache's mamba strategy itself (auto)
     radix = facts.get("radix_with_spec")
-    strategy = flag_values(args, "--mamba-scheduler-strategy")
+    strategy = strategy_values(args)
     if algo in ("DFLASH", "DDTREE") and "no_buffer" in strategy and "--disable-radix-cache" not in args \
             and radix in ("extra_buffer", "disable"):  # fmt: skip
         then = ("the toolkit then picks extra_buffer" if radix == "extra_buffer"
                 else "the toolkit then turns the radix cache off")  # fmt: skip
-        errors.append(("extra_args", (f"--mamba-scheduler-strategy no_buffer with the radix cache on: sglang 0.5.11 "
-                                     f"refuses speculative decoding on the hybrid {arch} then (ValueError at start); "
-                                     f"drop the flag ({then}) or add --disable-radix-cache")))  # fmt: skip
+        errors.append(("extra_args", (f"--mamba-scheduler-strategy no_buffer with the radix cache on: sglang "
+                                     f"{sg.version} refuses speculative decoding on the hybrid {arch} then (ValueError "
+                                     f"at start); drop the flag ({then}) or add --disable-radix-cache")))  # fmt: skip
     if "extra_buffer" in strategy and radix == "disable":
-        errors.append(("extra_args", (f"--mamba-scheduler-strategy extra_buffer: sglang 0.5.11 has no extra_buffer "
-                                     f"mamba scheduling for {arch} (an AssertionError at start); drop the flag "
-                                     "(speculative decoding then runs with --disable-radix-cache, which the "
+        errors.append(("extra_args", (f"--mamba-scheduler-strategy extra_buffer: sglang {sg.version} has no "
+                                     f"extra_buffer mamba scheduling for {arch} (an AssertionError at start); drop "
+                                     "the flag (speculative decoding then runs with --disable-radix-cache, which the "
                                      "toolkit adds)")))  # fmt: skip
     return errors
 
 
-def attention_backend_errors(inst, facts):
-    """[(field, message)] for attention backends the pinned sglang refuses on this target (any target): what it
-    accepts is dflash_common/sglang.py's."""
+def _field_of(inst, flag, value):
+    """pin_flags when the user pinned ``flag`` to ``value``, else extra_args."""
+    pinned = (inst.get("pin_flags") or {}).get(flag)
+    return "pin_flags" if pinned is not None and str(pinned) == str(value) else "extra_args"
+
+
+def attention_backend_errors(inst, facts, sg):
+    """[(field, message)] for attention backends sglang ``sg`` refuses on this target (any target)."""
     arch = (facts or {}).get("architecture")
     backends = flag_values(user_args(inst), "--attention-backend")
     errors = []
     for b in backends:
-        if b not in sglang.ATTENTION_BACKENDS:
-            pinned = str((inst.get("pin_flags") or {}).get("--attention-backend")) == b
-            errors.append(("pin_flags" if pinned else "extra_args",
-                           (f"--attention-backend {b}: sglang {sglang.VERSION} accepts "
-                            f"{sglang.either(sglang.ATTENTION_BACKENDS)}")))
-    if arch not in sglang.NO_TRITON_ATTENTION_ARCHS:
+        if b not in sg.attention_backends:
+            errors.append((_field_of(inst, "--attention-backend", b),
+                           f"--attention-backend {b}: sglang {sg.version} accepts {either(sg.attention_backends)}"))
+    if arch not in sg.no_triton_attention_archs:
         return errors
-    tree_ok = [b for b in sglang.TREE_MASK_ATTENTION_BACKENDS if b != "triton"]
+    tree_ok = [b for b in sg.tree_mask_attention_backends if b != "triton"]
     if "triton" in backends:
-        pinned = str((inst.get("pin_flags") or {}).get("--attention-backend")) == "triton"
-        errors.append(("pin_flags" if pinned else "extra_args",
-                       (f"--attention-backend triton: sglang {sglang.VERSION} refuses it on {arch} (its first "
+        errors.append((_field_of(inst, "--attention-backend", "triton"),
+                       (f"--attention-backend triton: sglang {sg.version} refuses it on {arch} (its first "
                         "layer may not be an attention layer; an AssertionError at start); use "
-                        f"{sglang.either(tree_ok)}")))
+                        f"{either(tree_ok)}")))
     elif inst.get("algorithm") == "DDTREE" and not set(tree_ok) & set(backends):
         errors.append(("pin_flags", (f"DDTREE's verify needs an attention backend that takes a tree mask "
-                                    f"({sglang.either(sglang.TREE_MASK_ATTENTION_BACKENDS)}) and sglang "
-                                    f"{sglang.VERSION} refuses triton on {arch}: set pin_flags "
+                                    f"({either(sg.tree_mask_attention_backends)}) and sglang "
+                                    f"{sg.version} refuses triton on {arch}: set pin_flags "
                                     f"{{'--attention-backend': {tree_ok[0]}}}")))
+    return errors
+
+
+def _flag_set(args, flag):
+    """True when ``flag`` is given (a switch, or with a value other than false)."""
+    vals = flag_values(args, flag)
+    return flag in args or any(v.lower() not in ("false", "0") for v in vals)
+
+
+# DDTREE's refusals at start (the patch series' ddtree_spec.handle_ddtree_args), by versions.yml's names:
+# (name, flag, value or None for a switch, why)
+DDTREE_FLAG_REFUSALS = (
+    ("dp_attention", "--enable-dp-attention", None,
+     "its commit reorders each request's KV slots on the rank that verified it"),
+    ("rejection_sampling", "--speculative-use-rejection-sampling", None,
+     "non-greedy requests are verified by sampling each tree slot from the target (lossless) instead"),
+    ("adaptive", "--speculative-adaptive", None,
+     "its verify width is budget + 1, fixed at start (the CUDA graphs are captured for it)"),
+    ("extra_buffer_lazy", "--mamba-radix-cache-strategy", "extra_buffer_lazy",
+     "as DFLASH: the lazy extra buffer has no DFlash commit; use extra_buffer"),
+)
+
+
+def _draft_head(draft_facts, heads):
+    """What refused head a draft's config.json names (0.5.23's Domino / selector / LiLiCorr drafts), or None."""
+    d = draft_facts or {}
+    if d.get("architecture") in (heads.get("architectures") or ()):
+        return f"architecture {d['architecture']}"
+    cfg = heads.get("dflash_config") or {}
+    if cfg.get("projector_type") and d.get("projector_type") == cfg["projector_type"]:
+        return f"dflash_config.projector_type {d['projector_type']}"
+    if d.get("selector_rank"):
+        return f"dflash_config.selector_rank {d['selector_rank']} (a candidate selector)"
+    if d.get("lilicorr"):
+        return "dflash_config.lilicorr_* (a LiLiCorr head)"
+    return None
+
+
+def version_errors(inst, facts, sg, sm_majors=(), draft_facts=None):
+    """[(field, message)] for what sglang ``sg`` refuses at start for this instance, from versions.yml's facts:
+    Blackwell's attention backends for hybrid Gated DeltaNet targets (upstream sgl-project/sglang#35080), FlashInfer
+    GDN kernels without a bfloat16 state on SM 10+, DFLASH's and DDTREE's own refusals, drafts DDTREE cannot use.
+    ``sm_majors``: the SM majors of the instance's GPUs (the fingerprint); ``draft_facts``: the draft's config."""
+    errors = []
+    args = user_args(inst)
+    algo = inst.get("algorithm")
+    arch = (facts or {}).get("architecture") or "this model"
+    gdn = (facts or {}).get("hybrid") and (facts or {}).get("linear_attention") == "gated_deltanet"
+    backends = (flag_values(args, "--attention-backend") + flag_values(args, "--prefill-attention-backend")
+                + flag_values(args, "--decode-attention-backend"))
+    for major in sorted(set(sm_majors or ())):
+        allowed = sg.blackwell_hybrid_gdn_attention(major)
+        if not gdn or allowed is None:
+            continue
+        for b in backends:
+            if b not in allowed:
+                errors.append((_field_of(inst, "--attention-backend", b),
+                               (f"--attention-backend {b}: sglang {sg.version} allows only {either(allowed)} attention "
+                                f"for hybrid Gated DeltaNet models ({arch}) on SM {major}.x Blackwell GPUs (an "
+                                "AssertionError at start: 'Only {...} backends are supported on Blackwell GPUs for "
+                                f"hybrid GDN models'; sgl-project/sglang#35080); use {allowed[0]}")))
+    if sg.gdn_flashinfer_needs_bf16_state and gdn and any(m >= 10 for m in sm_majors or ()):
+        dtype = flag_values(args, "--mamba-ssm-dtype")
+        fi = [f for f in ("--linear-attn-decode-backend", "--linear-attn-verify-backend", "--linear-attn-backend")
+              if "flashinfer" in flag_values(args, f)]
+        if fi and dtype and dtype[-1] != "bfloat16":
+            errors.append((_field_of(inst, "--mamba-ssm-dtype", dtype[-1]),
+                           (f"--mamba-ssm-dtype {dtype[-1]} with {fi[0]} flashinfer: sglang {sg.version} refuses "
+                            "FlashInfer's Gated DeltaNet decode/verify on SM 10+ without a bfloat16 state (a "
+                            "ValueError at start); drop --mamba-ssm-dtype (the toolkit then sets bfloat16) or the "
+                            "flashinfer linear-attention backend")))
+    if algo in ("DFLASH", "DDTREE") and "dp_attention" in sg.dflash_refuses and _flag_set(args, "--enable-dp-attention"):
+        errors.append(("extra_args", (f"--enable-dp-attention: sglang {sg.version} refuses DFLASH (and so DDTREE) with "
+                                     "dp attention at start; leave the flag out")))
+    if algo == "DDTREE":
+        for name, flag, value, why in DDTREE_FLAG_REFUSALS:
+            if name not in sg.ddtree_refuses:
+                continue
+            hit = value in flag_values(args, flag) if value else _flag_set(args, flag)
+            if hit and not (name == "dp_attention" and "dp_attention" in sg.dflash_refuses):
+                shown = f"{flag} {value}" if value else flag
+                errors.append((_field_of(inst, flag, value) if value else "extra_args",
+                               f"{shown}: DDTREE on sglang {sg.version} refuses it at start ({why}); leave it out"))
+        mode = (inst.get("ddtree") or {}).get("mode", "tree")
+        if "linear_replayssm_tree" in sg.ddtree_refuses and mode == "tree" \
+                and _flag_set(args, "--enable-linear-replayssm-spec"):  # fmt: skip
+            errors.append(("extra_args", (f"--enable-linear-replayssm-spec: DDTREE tree mode on sglang {sg.version} "
+                                         "refuses it at start (its ring commit replays a linear chain only); leave it "
+                                         "out or set ddtree.mode shadow-linear")))
+        pages = flag_values(args, "--page-size")
+        if "page_size_over_1" in sg.ddtree_refuses and pages and pages[-1] not in ("1", "None"):
+            errors.append((_field_of(inst, "--page-size", pages[-1]),
+                           (f"--page-size {pages[-1]}: DDTREE supports page size 1 only (accepted tree nodes keep "
+                            "their own KV slots); leave the flag out")))
+        head = _draft_head(draft_facts, sg.ddtree_refused_draft_heads) if "draft_heads" in sg.ddtree_refuses else None
+        if head:
+            errors.append(("draft_model_path", (f"the draft's {head}: DDTREE takes a plain DFlash draft (top-k of its "
+                                               "block's hidden states) and sglang "
+                                               f"{sg.version}'s worker refuses this head at start; use algorithm "
+                                               "DFLASH with this draft")))
     return errors

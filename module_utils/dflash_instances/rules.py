@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.dflash_common import sglang as _sg
+from ansible.module_utils.dflash_common.argv import flag_values
 from ansible.module_utils.dflash_instances import fields as _fields
 from ansible.module_utils.dflash_instances import tp as _tp
-from ansible.module_utils.dflash_instances.model import radix_cache_disabled
+from ansible.module_utils.dflash_instances.model import radix_cache_disabled, user_args
 
 # --------------------------------------------------------------------------- rules
 
@@ -53,9 +54,11 @@ def _first_bool(entry, keys):
     return None
 
 
-def rule_context(instance, fingerprint, probe, host_facts):
-    """The flat facts the rule conditions may name (docs/fallbacks.md lists them)."""
+def rule_context(instance, fingerprint, probe, host_facts, sg=None):
+    """The flat facts the rule conditions may name (docs/fallbacks.md lists them). ``sg``: the facts of the sglang
+    version the instance runs (dflash_common/sglang.py; the default version when None)."""
     inst = _fields.effective_instance(instance)
+    sg = sg or _sg.facts()
     fp = fingerprint or {}
     hf = host_facts or {}
     gpus = _gpus_of(fp, inst.get("gpus"))
@@ -140,19 +143,35 @@ def rule_context(instance, fingerprint, probe, host_facts):
         "target.linear_attention": _fields._target_facts_of(inst, hf).get("linear_attention"),
         "target.radix_with_spec": _fields._target_facts_of(inst, hf).get("radix_with_spec"),
     }
+    args = user_args(inst)
+    ctx.update({
+        # what the instance's own flags (extra_args, pin_flags) choose, for the version rules
+        "instance.attention_backend": (flag_values(args, "--attention-backend") or [None])[-1],
+        "instance.linear_attn_flashinfer": any("flashinfer" in flag_values(args, f) for f in (
+            "--linear-attn-backend", "--linear-attn-decode-backend", "--linear-attn-verify-backend")),
+        "instance.mamba_ssm_dtype": (flag_values(args, "--mamba-ssm-dtype") or [None])[-1],
+    })
     ctx.update(_tp.rule_facts(inst, fp))  # tp.* (dflash_instances/tp.py)
-    ctx.update(sglang_facts())
+    ctx.update(sglang_facts(sg, sorted({s[0] for s in sms})))
     return ctx
 
 
-def sglang_facts() -> dict:
-    """sglang.* facts of the rules' context: what the pinned sglang accepts (dflash_common/sglang.py), so that a
-    rule's condition and reason name the same backends the validation and the diagnosis do."""
+def sglang_facts(sg=None, sm_majors=()) -> dict:
+    """sglang.* facts of the rules' context: what the instance's sglang version accepts (dflash_common/sglang.py),
+    so that a rule's condition and reason name the same backends and pins the validation and the diagnosis do.
+    ``sm_majors``: the instance's GPUs' SM majors (the Blackwell attention sets for hybrid GDN targets)."""
+    sg = sg or _sg.facts()
+    gdn = sorted({b for m in sm_majors for b in (sg.blackwell_hybrid_gdn_attention(m) or ())})
     return {
-        "sglang.version": _sg.VERSION,
-        "sglang.hopper_default_attention": _sg.HOPPER_DEFAULT_ATTENTION,
-        "sglang.tree_mask_attention_backends": list(_sg.TREE_MASK_ATTENTION_BACKENDS),
-        "sglang.tree_mask_attention": _sg.either(_sg.TREE_MASK_ATTENTION_BACKENDS),
+        "sglang.version": sg.version,
+        "sglang.hopper_default_attention": sg.hopper_default_attention,
+        "sglang.tree_mask_attention_backends": list(sg.tree_mask_attention_backends),
+        "sglang.tree_mask_attention": _sg.either(sg.tree_mask_attention_backends),
+        "sglang.pin_xgrammar": sg.pins.get("xgrammar"),
+        "sglang.pin_flashinfer": sg.pins.get("flashinfer-python"),
+        "sglang.pin_sglang_kernel": sg.pins.get("sglang-kernel"),
+        "sglang.mamba_strategy_flag": sg.mamba_strategy_flag,
+        "sglang.blackwell_gdn_attention": _sg.either(gdn) if gdn else None,
     }
 
 
@@ -253,8 +272,12 @@ def check_rules_table(rules):
                     eval_condition(rule[key], dummy)
                 except (TypeError, ValueError) as exc:
                     errors.append(f"rule {name}: {key}: {exc}")
+        if "versions" in rule:
+            why = _sg.range_error(rule["versions"]) if isinstance(rule["versions"], str) else "not a string"
+            if why:
+                errors.append(f"rule {name}: versions: {why}")
         extra = set(rule) - {"name", "when", "unless", "unless_reason", "flags", "env", "warn", "reason",
-                             "prefer", "source"}
+                             "prefer", "source", "versions"}
         if extra:
             errors.append(f"rule {name}: unknown keys {sorted(extra)}")
     return errors
@@ -263,15 +286,21 @@ def check_rules_table(rules):
 def evaluate_rules(rules, ctx, disabled=(), user_flags=()):
     """-> (applied [{rule, reason, flags, env, warn, prefer}], skipped [{rule, reason}]).
 
-    A rule applies when `when` is true and `unless` (the cause was removed) is not; a disabled
+    A rule applies when the instance's sglang version (``sglang.version`` of ``ctx``) is in its ``versions`` range
+    (none: every version), `when` is true and `unless` (the cause was removed) is not; a disabled
     rule or one whose every flag the user set is skipped with the reason.
     """
     applied, skipped = [], []
     user_flags = set(user_flags or ())
+    version = ctx.get("sglang.version")
     for rule in rules or []:
         name = rule["name"]
         if name in (disabled or ()):
             skipped.append({"rule": name, "reason": "switched off by the inventory (disabled_rules)"})
+            continue
+        if rule.get("versions") and version and not _sg.in_range(version, rule["versions"]):
+            skipped.append({"rule": name, "reason": f"holds for sglang {rule['versions']}; this instance runs "
+                                                    f"sglang {version}"})
             continue
         ok, why = eval_condition(rule.get("when") or {"all": []}, ctx)
         if ok is None:

@@ -4,10 +4,15 @@ Pure functions, no Ansible import."""
 
 from __future__ import annotations
 
+from ansible.module_utils.dflash_common import sglang as _sg
 from ansible.module_utils.dflash_instances import checks as dflash_checks
 from ansible.module_utils.dflash_instances import fields as _fields
 from ansible.module_utils.dflash_instances import tp as _tp
-from ansible.module_utils.dflash_instances.model import attention_backend_errors, hybrid_instance_errors
+from ansible.module_utils.dflash_instances.model import (
+    attention_backend_errors,
+    hybrid_instance_errors,
+    version_errors,
+)
 from ansible.module_utils.dflash_release.gates_config import gate_errors
 
 # --------------------------------------------------------------------------- validation
@@ -25,11 +30,24 @@ def is_ours(listener, service_user="sglang"):
     return bool(service_user) and listener.get("user") == service_user
 
 
+def python_tag_error(sg, python_tag):
+    """Why sglang ``sg`` has no wheel for the layers' Python (``python_tag``, e.g. cp310), or None."""
+    if not python_tag or not sg.python_wheels or python_tag in sg.python_wheels:
+        return None
+    return (f"sglang {sg.version} has no wheel for {python_tag} (its wheels: {', '.join(sg.python_wheels)}; "
+            f"Requires-Python {sg.python}): give the layers a Python it supports and set dflash_tree_python_tag "
+            "to match")
+
+
 def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), host_disabled_rules=(),
                        protect_home=True, gpu_checker=None, service_user="sglang", server_flags=None,
-                       sglang_version="0.5.11", prefix=None, removed=()):
+                       sglang_version=None, prefix=None, removed=(), server_flags_by_version=None, python_tag=None):
     """All placement errors for one host, each naming host, instance and field. [] = valid.
 
+    sglang_version: the host's (dflash_sglang_version; the default version when None); an instance's own
+    ``sglang_version`` wins. server_flags_by_version: {version: flags} of the other versions the instances name
+    (``server_flags`` is the host version's). python_tag: the CPython tag of the layers (dflash_tree_python_tag),
+    checked against each version's wheels.
     host_facts: what library/dflash_instances_facts.py gathered on the host:
       {listeners: [{port, addr, pid, comm, unit}], paths: {path: {exists, isdir, realpath, ...}},
        drafts: {path: {block_size, block_size_source, error}}, current: {id, instances: {name: {port, gpus}}}}
@@ -52,6 +70,9 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             errors.append(f"{host}: field 'dflash_instances_disabled_rules': unknown rule '{rule}' "
                           f"(known: {', '.join(sorted(rule_names))})")
 
+    host_version = str(sglang_version) if sglang_version else _sg.default_version()
+    flags_of = dict(server_flags_by_version or {})
+    flags_of[host_version] = server_flags
     names, ports, gpu_owner = {}, {}, {}
     for idx, raw in enumerate(instances):
         if not isinstance(raw, dict):
@@ -66,6 +87,20 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         for key in unknown:
             add(key, f"unknown field (known: {', '.join(sorted(_fields.INSTANCE_KEYS))})")
         inst = _fields.effective_instance(raw)
+
+        # sglang version: the instance's own, else the host's
+        version = _fields.instance_version(raw, host_version)
+        sg = None
+        if raw.get("sglang_version") not in (None, "") and not isinstance(raw.get("sglang_version"), str):
+            add("sglang_version", f"must be a version string like \"0.5.17\" (quoted), got {raw.get('sglang_version')!r}")
+        elif _sg.version_error(version):
+            if raw.get("sglang_version") not in (None, ""):
+                add("sglang_version", _sg.version_error(version))
+        else:
+            sg = _sg.facts(version)
+            why = python_tag_error(sg, python_tag)
+            if why:
+                add("sglang_version", why)
 
         # name
         name = raw.get("name")
@@ -201,8 +236,13 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
         tfacts = _fields._target_facts_of(inst, host_facts)
         if tfacts.get("error"):
             add("model_path", f"cannot read the target's config.json: {tfacts['error']}")
-        for field, msg in hybrid_instance_errors(inst, tfacts) + attention_backend_errors(inst, tfacts):
-            add(field, msg)
+        if sg is not None:
+            sms = sorted({s[0] for g in (fingerprint or {}).get("gpus") or [] if g.get("index") in (gpus or [])
+                          for s in [_fields._sm_of(g)] if s}) if gpus_ok else []
+            for field, msg in (hybrid_instance_errors(inst, tfacts, sg) + attention_backend_errors(inst, tfacts, sg)
+                               + version_errors(inst, tfacts, sg, sms, drafts.get(draft) if isinstance(draft, str)
+                                                else None)):
+                add(field, msg)
 
         # numbers
         mfs = raw.get("mem_fraction_static")
@@ -236,7 +276,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                 add(f"pin_flags.{flag}", f"value {str(value)!r} contains whitespace")
         dflash_checks.check_flags({"extra_args": [a for a in extra if isinstance(a, (str, int, float))],
                      "pin_flags": {k: v for k, v in pins.items() if isinstance(k, str) and k.startswith("--")}},
-                    add, server_flags, sglang_version, _fields.MANAGED_FLAGS)
+                    add, flags_of.get(version), version, _fields.MANAGED_FLAGS)
         env = raw.get("env") or {}
         if not isinstance(env, dict):
             add("env", f"must be a mapping of variable names to strings, got a {type(env).__name__}")

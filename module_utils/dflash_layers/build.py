@@ -320,6 +320,10 @@ def _manifest_layer_paths(manifest):
             paths.add(os.path.normpath(str(item["path"])))
     if isinstance(manifest, dict) and manifest.get("venv"):
         paths.add(os.path.normpath(str(manifest["venv"])))
+    # an instance of another sglang version than the host's runs its own version's venv
+    for inst in ((manifest.get("instances") if isinstance(manifest, dict) else None) or {}).values():
+        if isinstance(inst, dict) and inst.get("venv"):
+            paths.add(os.path.normpath(str(inst["venv"])))
     return paths
 
 

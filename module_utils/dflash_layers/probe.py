@@ -71,11 +71,20 @@ COMPONENTS = {
         "r = {'version': soundfile.__version__, 'libsndfile': soundfile.__libsndfile_version__,"
         " 'file': soundfile.__file__}\n"
     ),
+    # the algorithms: the enum's members (0.5.11: DDTREE is one, by the patch series) and, from 0.5.12, those the
+    # speculative-algorithm registry holds (0.5.17/0.5.23: DDTREE registers itself when spec_info is imported)
     "sglang": (
         "import sglang\n"
         "r = {'version': getattr(sglang, '__version__', None), 'file': sglang.__file__}\n"
         "from sglang.srt.speculative.spec_info import SpeculativeAlgorithm\n"
-        "r['speculative_algorithms'] = [m.name for m in SpeculativeAlgorithm]\n"
+        "names = [m.name for m in SpeculativeAlgorithm]\n"
+        "import importlib, importlib.util\n"
+        "registered = []\n"
+        "if importlib.util.find_spec('sglang.srt.speculative.spec_registry'):\n"
+        "    reg = importlib.import_module('sglang.srt.speculative.spec_registry')\n"
+        "    registered = sorted(getattr(reg, '_REGISTRY', {}))\n"
+        "r['registered_algorithms'] = registered\n"
+        "r['speculative_algorithms'] = names + [n for n in registered if n not in names]\n"
     ),
 }
 DEFAULT_COMPONENTS = tuple(COMPONENTS)
@@ -215,12 +224,13 @@ def _version_tuple(text):
     return tuple(parts)
 
 
-def gate(probe, driver_cuda_version=None, required=(), host=None):
+def gate(probe, driver_cuda_version=None, required=(), algorithms=(), host=None):
     """Problems that must fail the host (list of strings; empty = pass).
 
     - torch built for a CUDA newer than the driver supports (names both);
     - a required component that did not import (its exception text);
-    - xgrammar without StructuralTag when xgrammar is required (sglang imports it).
+    - xgrammar without StructuralTag when xgrammar is required (sglang imports it);
+    - a speculative algorithm an instance runs (``algorithms``) that the imported sglang does not resolve.
     """
     who = f"{host}: " if host else ""
     problems = []
@@ -242,6 +252,13 @@ def gate(probe, driver_cuda_version=None, required=(), host=None):
         if cons.get("error"):
             problems.append(f"{who}consistency: {cons['error']}")
         problems += [f"{who}consistency: {p['message']}" for p in cons.get("problems", [])]
+    sg = probe.get("sglang") or {}
+    if sg.get("ok") and sg.get("speculative_algorithms") is not None:
+        for algo in algorithms or ():
+            if str(algo).upper() not in sg["speculative_algorithms"]:
+                problems.append(f"{who}sglang {sg.get('version')} does not resolve the speculative algorithm {algo} "
+                                f"(its algorithms: {', '.join(sg['speculative_algorithms'])}): the patch series "
+                                "was not applied to the tree on PYTHONPATH")
     xgr = probe.get("xgrammar") or {}
     if "xgrammar" in required and xgr.get("ok") and not xgr.get("structural_tag"):
         problems.append(f"{who}xgrammar {xgr.get('version')} has no StructuralTag (sglang needs it; "

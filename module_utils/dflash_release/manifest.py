@@ -99,19 +99,36 @@ def instance_digest(venv_target: str | None, tree_target: str | None, env_text: 
     return sha256_hex(canonical_json({"venv": venv_target, "tree": tree_target, "env": env_text}))
 
 
-def build_content(layers, tree, flags, fingerprint, env_texts: dict, secret_names=None, carried=None) -> dict:
+def runtime_of(flags_entry: dict, venv, tree_path) -> tuple:
+    """(venv, tree path) an instance runs: its sglang version's (the flags stage's ``venv`` / ``tree_path``), else the
+    release's (the host's own version)."""
+    f = flags_entry or {}
+    return f.get("venv") or venv, f.get("tree_path") or tree_path
+
+
+def instance_python_env(flags_entry: dict, venv) -> dict:
+    """``{DFLASH_PYTHON: <its venv>/bin/python}`` for an instance whose sglang version's venv is not the release's
+    (the unit starts the release's venv/bin/python; dflash-launch then runs this one), else {}."""
+    own, _tree = runtime_of(flags_entry, venv, None)
+    return {"DFLASH_PYTHON": own.rstrip("/") + "/bin/python"} if own and venv and own != venv else {}
+
+
+def build_content(layers, tree, flags, fingerprint, env_texts: dict, secret_names=None, carried=None,
+                  extra_layers=None) -> dict:
     """What a release runs, without time or toolkit revision: the content hash covers this.
 
     ``env_texts``: the env files as the digest sees them (secret values replaced by salted digests);
     ``secret_names``: {instance: [variables kept in the env file only]}; ``carried``: {instance:
     manifest entry} of instances kept from the current release (no longer in the inventory, removal
-    not asked for)."""
+    not asked for). ``extra_layers``: the layers of the other sglang versions the instances run (listed with
+    the release's, so that pruning keeps them). Each instance records its sglang version, venv and tree."""
     layers = list(layers or [])
     venv = layers[-1].get("path") if layers else None
     tree_path = (tree or {}).get("path") or (tree or {}).get("site_packages")
     instances = {}
     for name in sorted(flags or {}):
         f = flags[name] or {}
+        own_venv, own_tree = runtime_of(f, venv, tree_path)
         env = {str(k): (MASK if is_secret_env(k) else v) for k, v in (f.get("env") or {}).items()}
         instances[name] = {
             "unit": f.get("unit") or f"dflash-{name}.service",
@@ -121,16 +138,21 @@ def build_content(layers, tree, flags, fingerprint, env_texts: dict, secret_name
             "env": env,
             "applied": list(f.get("applied") or []),
             "skipped": list(f.get("skipped") or f.get("removed_cause") or []),
-            "digest": instance_digest(venv, tree_path, env_texts[name]),
+            "digest": instance_digest(own_venv, own_tree, env_texts[name]),
         }
+        if f.get("sglang_version"):
+            instances[name].update(sglang_version=f["sglang_version"], venv=own_venv, tree_path=own_tree)
         if (secret_names or {}).get(name):
             instances[name]["secrets"] = sorted(secret_names[name])
     for name, entry in sorted((carried or {}).items()):
         instances[name] = dict(entry, carried=True)
+    listed, seen = [], set()
+    for layer in layers + list(extra_layers or []):
+        if layer.get("path") not in seen:
+            seen.add(layer.get("path"))
+            listed.append({k: layer.get(k) for k in ("name", "path", "hash", "parent", "python")})
     return {
-        "layers": [
-            {k: layer.get(k) for k in ("name", "path", "hash", "parent", "python")} for layer in layers
-        ],
+        "layers": listed,
         "venv": venv,
         "tree": tree_summary(tree),
         "tree_path": tree_path,
@@ -190,6 +212,8 @@ def diff_manifests(old: dict | None, new: dict) -> list:
             lines.append(f"instance {name}: new in {new['id']}")
         elif oi[name].get("digest") != ni[name].get("digest"):
             parts = []
+            if oi[name].get("sglang_version") != ni[name].get("sglang_version"):
+                parts.append(f"sglang {oi[name].get('sglang_version') or '?'} -> {ni[name].get('sglang_version') or '?'}")
             if oi[name].get("args") != ni[name].get("args"):
                 parts.append("args " + _args_diff(oi[name].get("args") or [], ni[name].get("args") or []))
             if oi[name].get("env") != ni[name].get("env"):

@@ -26,6 +26,7 @@ from ansible.module_utils.dflash_release.manifest import (
     build_manifest,
     content_hash,
     diff_manifests,
+    instance_python_env,
     make_release_id,
 )
 from ansible.module_utils.dflash_release.order import (
@@ -219,8 +220,12 @@ def release_changes(prefix, cur, cur_manifest, manifest, env_texts) -> tuple[lis
 
 
 def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None,
-            secrets=None, remove_absent=False, remove=(), unit_dir=None):
+            secrets=None, remove_absent=False, remove=(), unit_dir=None, extra_layers=None):
     """Find or create the release for these inputs.  Nothing is activated here.
+
+    An instance whose sglang version is not the host's runs its own version's venv and tree (the flags entry's
+    ``venv`` / ``tree_path``; ``extra_layers``: those versions' layers): its env file says so (PYTHONPATH from the
+    flags, DFLASH_PYTHON here).
 
     ``secrets``: {instance: {VAR: value}} written to the env file only. Instances of the current
     release that the inventory no longer has are carried over unchanged unless removal is asked for
@@ -235,13 +240,14 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
     unwritable = [] if check_mode else drop_world_write(prefix)
     salt = load_salt(prefix, create=not check_mode) if secrets else b""
     env_texts, digest_texts = {}, {}
+    release_venv = (list(layers or [])[-1:] or [{}])[0].get("path")
     for name in sorted(flags):
         if not INSTANCE_NAME_RE.match(name):
             raise ReleaseError(f"{host}: instance {name!r}: name must match {INSTANCE_NAME_RE.pattern}")
         f = flags[name] or {}
         where = f"{host}: instance {name}"
         sec = {str(k): str(v) for k, v in (secrets.get(name) or {}).items()}
-        env = dict(f.get("env") or {})
+        env = dict(f.get("env") or {}, **instance_python_env(f, release_venv))
         env_texts[name] = render_env_file({**env, **sec}, f.get("args") or [], where)
         digest_texts[name] = render_env_file({**env, **{k: salted(v, salt) for k, v in sec.items()}},
                                              f.get("args") or [], where)
@@ -261,7 +267,7 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
             problems.append(f"instance {name} (not in the inventory, kept): its env file in {cur} is unreadable "
                             f"({exc.__class__.__name__}); it is not carried into the new release")
     content = build_content(layers, tree, flags, fingerprint, digest_texts,
-                            {n: list(secrets.get(n) or {}) for n in flags}, carried)
+                            {n: list(secrets.get(n) or {}) for n in flags}, carried, extra_layers)
     chash = content_hash(content)
     reuse = find_reusable(manifests, chash)
     repairs, restart_repaired = [], []
@@ -449,7 +455,10 @@ def prune(prefix: str, keep: int, protect=(), check_mode=False) -> dict:
         "kept": keep_ids,
         "removed": remove_ids,
         "kept_manifests": [
-            {k: m[k] for k in ("id", "sequence", "created", "layers", "venv", "tree_path") if k in m} for m in kept
+            dict({k: m[k] for k in ("id", "sequence", "created", "layers", "venv", "tree_path") if k in m},
+                 instances={n: {k: i[k] for k in ("venv", "tree_path") if i.get(k)}
+                            for n, i in (m.get("instances") or {}).items()})
+            for m in kept
         ],
         "referenced_layers": refs["layers"],
         "referenced_trees": refs["trees"],

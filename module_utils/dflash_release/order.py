@@ -58,6 +58,11 @@ def referenced_paths(manifests) -> dict:
             layers.add(m["venv"])
         if m.get("tree_path"):
             trees.add(m["tree_path"])
+        for inst in (m.get("instances") or {}).values():  # an instance of another sglang version than the host's
+            if (inst or {}).get("venv"):
+                layers.add(inst["venv"])
+            if (inst or {}).get("tree_path"):
+                trees.add(inst["tree_path"])
     return {"layers": sorted(layers), "trees": sorted(trees)}
 
 

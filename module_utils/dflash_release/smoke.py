@@ -23,7 +23,7 @@ import urllib.request
 from ansible.module_utils.dflash_common.argv import arg_value, has_flag
 from ansible.module_utils.dflash_common.net import local_url
 from ansible.module_utils.dflash_common.secrets import SECRET_FIELDS, redact
-from ansible.module_utils.dflash_common.sglang import DEFAULT_PORT
+from ansible.module_utils.dflash_common.sglang import ACCEPTED_KEYS, DEFAULT_PORT, accepted_drafts
 from ansible.module_utils.dflash_release.gates import failed as gates_failed
 from ansible.module_utils.dflash_release.gates import failure as gates_failure
 from ansible.module_utils.dflash_release.gates import output_gates, perf_gates
@@ -150,7 +150,10 @@ def server_info_algorithm(info):
     return None
 
 
-def check_spec_meta(status, body, elapsed) -> dict:
+def check_spec_meta(status, body, elapsed, meta_keys=None) -> dict:
+    """The speculative proof of a /generate answer. ``meta_keys``: the sglang version's meta_info names
+    (versions.yml meta_info_keys: 0.5.11 spec_accepted_drafts, from 0.5.17 spec_num_correct_drafts); the accepted
+    drafts are read under that name, else any a supported version uses."""
     if isinstance(body, list) and body:  # batch form
         body = body[0]
     if status != 200 or not isinstance(body, dict):
@@ -161,12 +164,15 @@ def check_spec_meta(status, body, elapsed) -> dict:
     accept = mi.get("spec_accept_length")
     if accept is None and verify and tokens:
         accept = tokens / verify
+    key = next((k for k in [(meta_keys or {}).get("accepted"), *ACCEPTED_KEYS] if k and k in mi), None)
     out = {
         "spec_verify_ct": verify,
         "spec_accept_length": round(float(accept), 3) if accept is not None else None,
         "completion_tokens": tokens,
         "seconds": round(elapsed, 3),
     }
+    if key:
+        out.update(accepted_drafts=accepted_drafts(mi, meta_keys), accepted_drafts_key=key)
     if not isinstance(verify, int | float) or verify <= 0:
         raise SmokeError(f"/generate meta_info shows no verify steps (spec_verify_ct={verify!r}): "
                          "speculative decoding is not running", out)
@@ -177,14 +183,17 @@ def check_spec_meta(status, body, elapsed) -> dict:
 
 def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_tokens=128, temperature=0.0,
                    timeout=120.0, spec_max_new_tokens=64, http=http_json, clock=time.monotonic, gates=None,
-                   context=None, api_key=None):
+                   context=None, api_key=None, sglang=None):
     """Generation + (for DFLASH/DDTREE) speculative proof, then the gates (``gates``: resolved
     settings of dflash_gates_config.resolve; None = no gates).  Returns the record; raises
     SmokeError (with the partial record) on the first failed step or on failed gates.
     ``context``: {name, release, previous, releases_root} for the performance baseline and the
     failure message. With ``api_key`` every request (the gates' too) carries
-    ``Authorization: Bearer <key>`` (sglang answers 401 without it; /health needs none)."""
+    ``Authorization: Bearer <key>`` (sglang answers 401 without it; /health needs none). ``sglang``: the facts of
+    the sglang version the instance runs (its meta_info names; recorded as ``sglang_version``)."""
     rec = {"base_url": base_url, "authenticated": bool(api_key)}
+    if sglang:
+        rec["sglang_version"] = sglang.get("version")
     if api_key:
         http = functools.partial(http, headers={"Authorization": f"Bearer {api_key}"})
     ctx = dict(context or {})
@@ -246,7 +255,7 @@ def smoke_instance(base_url, args, algorithm=None, prompt=FIBONACCI_PROMPT, max_
                 body["text"] = prompt
             t = clock()
             status, out = http("POST", base_url + "/generate", body, timeout)
-            rec["speculative"] = check_spec_meta(status, out, clock() - t)
+            rec["speculative"] = check_spec_meta(status, out, clock() - t, (sglang or {}).get("meta_info_keys"))
         if gates:
             if skip_tok:
                 results.append({"gate": "output", "ran": False,
@@ -351,7 +360,8 @@ def smoke_all(instances, opts, record_dir=None, where="", gates=None, context=No
         secrets = instance_secret_values([item])
         try:
             rec = secondary_rank_record(args) or smoke_instance(
-                base, args, algorithm=item.get("algorithm"), api_key=item.get("api_key"), **opts,
+                base, args, algorithm=item.get("algorithm"), api_key=item.get("api_key"), sglang=item.get("sglang"),
+                **opts,
                 gates=(gates or {}).get(name), context=dict(context or {}, name=name),
             )
             rec["passed"] = True

@@ -23,7 +23,8 @@ def unit_name(instance: str) -> str:
 
 
 def instances_from_manifest(manifest: dict, names=None) -> list:
-    """[{name, unit, args, port, base_url}] of a release manifest, for ``names`` (default: all of them)."""
+    """[{name, unit, args, port, base_url, sglang_version}] of a release manifest, for ``names`` (default: all of
+    them); ``sglang_version`` is the instance's (absent from a manifest written before versions were recorded)."""
     have = manifest.get("instances") or {}
     names = sorted(have) if names is None else list(names)
     unknown = [n for n in names if n not in have]
@@ -33,8 +34,11 @@ def instances_from_manifest(manifest: dict, names=None) -> list:
     out = []
     for n in names:
         port, url = instance_address(have[n])
-        out.append({"name": n, "unit": have[n].get("unit") or unit_name(n), "args": list(have[n].get("args") or []),
-                    "port": port, "base_url": url})
+        item = {"name": n, "unit": have[n].get("unit") or unit_name(n), "args": list(have[n].get("args") or []),
+                "port": port, "base_url": url}
+        if have[n].get("sglang_version"):
+            item["sglang_version"] = have[n]["sglang_version"]
+        out.append(item)
     return out
 
 

@@ -157,13 +157,15 @@ def health_status(url, timeout=HEALTH_TIMEOUT):
 # ----------------------------------------------------------------------------- the wait of library/dflash_wait.py
 
 
-def diagnose_unit(backend, unit, since, diagnose, sleep=time.sleep, fingerprint=None, hung=False, clock=time.time):
+def diagnose_unit(backend, unit, since, diagnose, sleep=time.sleep, fingerprint=None, hung=False, clock=time.time,
+                  sglang=None):
     """The diagnosis of the unit's log since ``since`` (``diagnose(text, source, fingerprint, silent_seconds)``:
     dflash_diagnose's engine), with the log's last 30 lines as ``journal_tail``. ``fingerprint``: the host's fact
     (the remedy names its GPU and topology). ``hung``: the instance timed out still starting; how long its log has
     been silent then tells a hang from a slow start. journald may lag the unit state by a few hundred ms: while the
     log holds no decisive line it is read again (up to ~2 s) where the backend's log lags (not for a hang: the
-    silence is the point)."""
+    silence is the point). ``sglang``: the facts of the instance's sglang version (the remedies name its pins and
+    options), handed to ``diagnose`` when given."""
     if not backend.has_logs():
         return None
     silent = max(0.0, clock() - backend.last_log_at(unit, since)) if hung else None
@@ -171,7 +173,8 @@ def diagnose_unit(backend, unit, since, diagnose, sleep=time.sleep, fingerprint=
     diag, text = None, ""
     for attempt in range(attempts):
         text = backend.logs(unit, since=since)
-        diag = diagnose(text, source=backend.log_source(unit), fingerprint=fingerprint, silent_seconds=silent)
+        extra = {"sglang": sglang} if sglang else {}
+        diag = diagnose(text, source=backend.log_source(unit), fingerprint=fingerprint, silent_seconds=silent, **extra)
         if diag.get("cause") != "unknown" or attempt == attempts - 1:
             break
         sleep(0.4)
@@ -234,7 +237,8 @@ def restart_and_wait(insts, backend, p, diagnose, where="", record=None, clock=t
             # a start-up past the timeout: how long its log has been silent tells a hang from a slow start
             hung = st.get("verdict") == "timeout"
             st["diagnosis"] = (diagnose_unit(backend, inst["unit"], since, diagnose, fingerprint=p.get("fingerprint"),
-                                             hung=hung, clock=clock) if p["diagnose"] else None)
+                                             hung=hung, clock=clock, sglang=inst.get("sglang"))
+                               if p["diagnose"] else None)
             msgs.append(where + describe_failure(inst["name"], st, st["diagnosis"]))
         if record:
             record(inst["name"], dict(st, since=since, restart=restart_out))

@@ -26,10 +26,22 @@ def tree_tops(trees_dir, paths):
     return sorted(tops)
 
 
+def used_trees(manifest):
+    """The tree paths a release manifest uses: the release's (``tree_path``, the host's sglang version) and each
+    instance's (``instances.<name>.tree_path``: an instance running another sglang version)."""
+    if not isinstance(manifest, dict):
+        return []
+    out = [manifest["tree_path"]] if manifest.get("tree_path") else []
+    for inst in (manifest.get("instances") or {}).values():
+        if isinstance(inst, dict) and inst.get("tree_path"):
+            out.append(inst["tree_path"])
+    return out
+
+
 def prune_candidates(tree_dirs, manifests, protect=(), trees_dir=None):
-    """Trees of ``tree_dirs`` that no manifest's ``tree_path`` (nor ``protect``) lies in."""
+    """Trees of ``tree_dirs`` that no manifest's tree (``used_trees``) nor ``protect`` lies in."""
     root = trees_dir or (os.path.dirname(os.path.normpath(tree_dirs[0])) if tree_dirs else "")
-    used = [m.get("tree_path") for m in manifests if isinstance(m, dict) and m.get("tree_path")]
+    used = [p for m in manifests for p in used_trees(m)]
     keep = set(tree_tops(root, list(used) + [str(p) for p in protect]))
     return sorted(os.path.normpath(d) for d in tree_dirs
                   if is_tree_name(os.path.basename(os.path.normpath(d))) and os.path.normpath(d) not in keep)

@@ -359,3 +359,45 @@ def test_draft_gets_float32_embeds_only_when_its_weights_are_float32(fake_sglang
     with pytest.raises(RuntimeError):  # unpatched, the dtype clash the shim answers (H200 run of 2026-12-02)
         DFlashDraftModel.forward.__wrapped__(DFlashDraftModel(torch.float32), None, None, None, embeds)
     assert "DFlashDraftModel takes float32 input_embeds" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(("version", "module"), [
+    ("0.5.11", "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"),
+    ("0.5.17", "sglang/kernels/ops/attention/fla/fused_sigmoid_gating_recurrent.py"),
+])
+def test_the_verify_kernels_own_arguments_keep_the_original_in_each_version(version, module):
+    """The shim wraps each version's GDN functions by their own signature (0.5.17 adds lower_bound, cache_ring and
+    ReplaySSM's arguments): a float32 call with none of the verify-only arguments runs the plain-torch replacement,
+    one that gives any (a tree verify's retrieve_parent_token, a ring) runs sglang's kernel."""
+    import ast
+    import zipfile
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from sglang_wheel import sglang_wheel
+
+    with zipfile.ZipFile(sglang_wheel(version=version)) as z:
+        tree = ast.parse(z.read(module))
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+              and n.name == "fused_sigmoid_gating_delta_rule_update")
+    fn.body, fn.decorator_list, fn.returns = [ast.parse("return 'sglang'").body[0]], [], None
+    for a in fn.args.args:
+        a.annotation = None
+    ns = {}
+    exec(compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), module, "exec"), ns)  # noqa: S102
+    original = ns[fn.name]
+    calls = []
+    wrapped = fp32_gdn.float32_dispatch(original, lambda **kw: calls.append(sorted(kw)) or "torch", "q",
+                                        fp32_gdn.VERIFY_ONLY)
+    q = torch.zeros(1, 1, 2, 8, dtype=torch.float32)
+    pos = {"A_log": None, "a": None, "dt_bias": None, "softplus_beta": 1.0, "softplus_threshold": 20.0, "q": q, "k": q,
+           "v": q, "b": None, "initial_state_source": None, "initial_state_indices": None}
+    assert wrapped(**pos) == "torch"
+    assert "retrieve_parent_token" not in calls[0] and ("cache_ring" in [a.arg for a in fn.args.args]) == (
+        version == "0.5.17")
+    assert wrapped(**pos, retrieve_parent_token=torch.zeros(1)) == "sglang"
+    assert wrapped(**dict(pos, q=q.bfloat16())) == "sglang"
+    if version == "0.5.17":
+        assert wrapped(**pos, cache_ring=True) == "sglang"
+    for pkg in fp32_gdn.FLA_PACKAGES:
+        assert f"{pkg}.fused_sigmoid_gating_recurrent" in fp32_gdn.PATCHES
+    assert module.replace("/", ".")[:-3] in fp32_gdn.PATCHES

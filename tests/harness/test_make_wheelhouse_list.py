@@ -119,3 +119,18 @@ def test_a_build_warns_when_the_lists_inputs_changed(tmp_path):
     base.write_text(json.dumps(data))
     warning = M.check_inputs(digest, ROOT / M.LAYERS_YML, base)
     assert "changed since this list was computed" in warning and "--refresh" in warning
+
+
+def test_the_inventorys_0_5_17_overlay_is_the_one_its_wheel_list_was_computed_from():
+    """inventory/gpu's dflash_layers_overlays["0.5.17"] is gpu-harness/overlay-0.5.17.yml's overlay (whose closure
+    less the base is overlay-wheels-0.5.17.txt) but for its find-links folder, where wheels.sh unpacks that archive."""
+    import yaml
+
+    inv = yaml.safe_load((ROOT / "inventory" / "gpu" / "group_vars" / "all" / "layers.yml").read_text())
+    ours = inv["dflash_layers_overlays"]["0.5.17"]
+    theirs = yaml.safe_load((ROOT / "gpu-harness" / "overlay-0.5.17.yml").read_text())["dflash_layers_overlay"]
+    assert ours["find_links"] == ["/root/wh/0.5.17/wheelhouse"] and inv["dflash_layers_overlays"]["0.5.11"][
+        "find_links"] == ["/root/wh/wheelhouse"]
+    assert {k: v for k, v in ours.items() if k != "find_links"} == {k: v for k, v in theirs.items() if k != "find_links"}
+    assert M.gpu_overlay(ROOT / "inventory" / "gpu" / "group_vars" / "all" / "layers.yml", "0.5.17")["requirements"] == \
+        M.gpu_overlay(ROOT / "gpu-harness" / "overlay-0.5.17.yml")["requirements"]

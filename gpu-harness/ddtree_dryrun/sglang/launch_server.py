@@ -20,6 +20,15 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 a = sys.argv[1:]
+# DDTREE_DRYRUN_FLAGS=<files/patches/sglang/<version>/server-flags.txt> (ddtree_setup.sh sets it): every flag of the
+# command must be one of that version's parser, as the real server would refuse it ("unrecognized arguments")
+_flags_file = os.environ.get("DDTREE_DRYRUN_FLAGS")
+if _flags_file:
+    with open(_flags_file) as fh:
+        known = {ln.split()[0] for ln in fh if ln.startswith("--")}
+    unknown = [x for x in a if x.startswith("--") and x.split("=", 1)[0] not in known]
+    if unknown:
+        sys.exit(f"launch_server: error: unrecognized arguments: {' '.join(unknown)} (not flags of {_flags_file})")
 port = int(a[a.index("--port") + 1])
 spec = "--speculative-algorithm" in a
 W = 16

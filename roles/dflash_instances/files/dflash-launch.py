@@ -23,6 +23,11 @@ filter ignores SIGTERM/SIGINT/SIGHUP and ends when the server and its children h
 stop's last lines get through. Without any secret, nothing is forked. For ``-m sglang...`` the ServerArgs repr
 is masked as well (it never reaches the pipe with the key).
 
+An instance that runs another sglang version than its host (its own venv: the release's env file sets
+DFLASH_PYTHON=<that venv>/bin/python) is started by the unit with the release's venv like every other; this
+launcher then replaces itself with that interpreter running this same file (exec: the same process, the unit's
+main PID), the variable removed first so that it happens once; the masking starts in that interpreter.
+
 Stdlib only, any Python >= 3.8 (it runs under the release's venv, before sglang imports anything).
 """
 
@@ -174,10 +179,22 @@ def mask_sglang(values):
     mask_repr(ServerArgs, values)
 
 
+def reexec_target(environ, argv, script):
+    """The argv to exec when DFLASH_PYTHON names the instance's own interpreter (the variable is removed from
+    ``environ``), else None."""
+    python = environ.pop("DFLASH_PYTHON", None)
+    if not python:
+        return None
+    return [python, script] + list(argv)
+
+
 def main(argv):
     if not argv or (argv[0] == "-m" and len(argv) < 2):
         sys.stderr.write("usage: dflash-launch (-m MODULE | SCRIPT) [ARGS...]\n")
         return 2
+    target = reexec_target(os.environ, argv, os.path.abspath(__file__))
+    if target:
+        os.execv(target[0], target)
     keys = take_keys(os.environ)
     extra = [x for pair in keys for x in pair]
     mask_output(secret_values(keys, os.environ))

@@ -58,6 +58,24 @@ def test_stream_generate_reads_the_last_chunks_spec_fields(ddtree):
     assert rec["finish_reason"] == "length"
 
 
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.17", "0.5.23"])
+def test_the_draft_counts_keep_the_records_names_across_versions(version):
+    """0.5.11 names them spec_accepted_drafts / spec_proposed_drafts, 0.5.23 spec_num_correct_drafts /
+    spec_num_proposed_drafts only (0.5.17 both): the record keeps one name for every version."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_STANDIN") and k != "PYTHONPATH"}
+    proc, url = start_standin("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/d",
+                              env=dict(env, DFLASH_STANDIN_SGLANG_VERSION=version))
+    try:
+        rec = cl.stream_generate(url, {"input_ids": list(range(1000, 1032)), "sampling_params": wl.sampling(64)}, 30)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert rec["spec_accepted_drafts"] == 64 - rec["spec_verify_ct"]
+    assert rec["spec_proposed_drafts"] == rec["spec_verify_ct"] * 15
+
+
 def test_seeds_cell_on_ddtree(ddtree):
     cell = cl.run_cell(ddtree, "seeds", 2, {"seeds_max_tokens": 32}, timeout=60)
     s = cell["summary"]

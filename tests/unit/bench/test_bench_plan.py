@@ -99,3 +99,24 @@ def test_h200_matrix_file():
     b31 = [c for c in started if c.get("budget") == 31]
     assert len(b31) == 3 and all(c["block_size"] == 32 for c in b31)
     assert p["lifetime_s"] == 330 + 40 * 4 * 11 + 120
+
+
+def test_a_base_instance_of_another_sglang_version_runs_its_own_venv():
+    """An instance whose sglang version is not the host's runs its version's venv (the release's manifest entry):
+    the bench's servers of it do too; the host's version's keep the release's venv."""
+    import copy
+
+    m = copy.deepcopy(MANIFEST)
+    m["venv"] = "/opt/dflash/layers/overlay-aaaaaaaaaaaa"
+    m["instances"]["h200-dflash"].update(sglang_version="0.5.17", venv="/opt/dflash/layers/overlay-bbbbbbbbbbbb",
+                                         tree_path="/opt/dflash/trees/sglang-0.5.17-bbbbbbbbbbbb")
+
+    def plan_of(manifest):
+        return bp.plan("h200", manifest, "/opt/dflash/releases/r", mx.normalize([{"algorithm": "DFLASH"}], None, "h200"),
+                       IDLE, LISTENERS, DRAFTS, OPTS)
+
+    p = plan_of(m)
+    assert p["base"]["python"] == "/opt/dflash/layers/overlay-bbbbbbbbbbbb/bin/python" and p["base"]["sglang"] == "0.5.17"
+    m["instances"]["h200-dflash"]["venv"] = m["venv"]
+    assert plan_of(m)["base"]["python"] == "/opt/dflash/releases/r/venv/bin/python"
+    assert plan_of(MANIFEST)["base"]["python"] == "/opt/dflash/releases/r/venv/bin/python"

@@ -378,7 +378,7 @@ def test_fixture_followed_by_noise_and_healthy_restart_lines(entry):
 @pytest.mark.parametrize("line, cause, needle", [
     ("ModuleNotFoundError: No module named 'vllm._C'", "missing_module", "uv pip install --reinstall vllm"),
     ("ModuleNotFoundError: No module named 'sglang.srt.speculative.dflash_worker'", "missing_module",
-     "patched sglang 0.5.11"),
+     "patched tree of this sglang"),
     ("ModuleNotFoundError: No module named 'cv2'", "missing_module", "uv pip install opencv-python-headless"),
     ("- ModuleNotFoundError: No module named 'common_ops'", "kernel_abi", "sglang-kernel"),
     ("ImportError: cannot import name 'StructuralTag' from 'xgrammar' (/v/xgrammar/__init__.py)",

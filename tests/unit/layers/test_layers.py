@@ -121,9 +121,16 @@ def test_validate_reports_every_problem_with_layer_and_field():
 
 def _role_default_layers(**inventory):
     """dflash_venv_layers as the role's defaults render it for an inventory (Ansible's own templar)."""
+    import warnings
+
     import yaml
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
     from ansible.template import Templar, trust_as_template
+
+    with warnings.catch_warnings():  # configured once per session; a second call only warns
+        warnings.simplefilter("ignore", UserWarning)
+        init_plugin_loader()  # the overlay's lookup('ansible.builtin.file', ...) of the version's folder
 
     root = Path(__file__).resolve().parents[3]
     # the shared inputs (roles/dflash, the role's meta dependency) under the role's own defaults
@@ -140,6 +147,7 @@ def _role_default_layers(**inventory):
         return v
 
     variables = {k: trust(v) for k, v in {**defaults, **inventory}.items()}
+    variables["role_path"] = str(root / "roles" / "dflash_layers")  # the overlay comes from the version's folder
     return Templar(loader=DataLoader(), variables=variables).template(variables["dflash_venv_layers"])
 
 
@@ -167,6 +175,14 @@ def test_role_default_follows_the_seeds_and_lab_layers_are_valid():
         assert pin in overlay["requirements"]
     lab = yaml.safe_load((root / "inventory/lab/group_vars/all/layers.yml").read_text())
     assert L.validate_layers(lab["dflash_venv_layers"]) == []
+    # the lab's other sglang versions: the same base, an overlay of their own (a venv per version)
+    for version, stack in lab["dflash_venv_layers_by_version"].items():
+        assert L.validate_layers(stack) == [], version
+        assert stack[0] == lab["dflash_venv_layers"][0] and stack[-1] != lab["dflash_venv_layers"][-1]
+    # the host's version chooses the overlay (files/patches/sglang/<version>/overlay.yml)
+    newer = _role_default_layers(dflash_sglang_version="0.5.17")
+    assert "sglang==0.5.17" in newer[0]["requirements"] and "sglang-kernel==0.4.5" in newer[0]["requirements"]
+    assert not [r for r in newer[0]["requirements"] if r.startswith("flashinfer-cubin")]
     # the GPU machine: its torch venv is the base through the production default, the overlay computed
     gpu = yaml.safe_load((root / "inventory/gpu/group_vars/all/layers.yml").read_text())
     layers = _role_default_layers(**{k: v for k, v in gpu.items() if k.startswith("dflash_")})

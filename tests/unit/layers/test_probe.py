@@ -102,8 +102,39 @@ def test_probe_snippets_read_real_module_shapes(tmp_path):
     (site / "sgl_kernel" / "__init__.py").write_text("common_ops = None\n")
     out = P.run_probe(sys.executable, [str(site)], components=["sglang", "sgl_kernel"], timeout=30)
     assert out["sglang"]["speculative_algorithms"] == ["NONE", "EAGLE", "DFLASH", "DDTREE"]
-    assert out["sglang"]["version"] == "0.5.11"
+    assert out["sglang"]["version"] == "0.5.11" and out["sglang"]["registered_algorithms"] == []
     assert out["sgl_kernel"]["error"] == "ImportError: sgl_kernel imported but common_ops did not load"
+
+
+def test_probe_finds_ddtree_in_the_registry_from_0_5_17(tmp_path):
+    """From 0.5.17 DDTREE is not a member of the enum: the patch series registers it (speculative/spec_registry.py,
+    through an import at the end of spec_info.py); the probe lists it and the gate holds the instances' algorithms
+    against what the imported sglang resolves."""
+    site = tmp_path / "site"
+    spec = site / "sglang" / "srt" / "speculative"
+    spec.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.17'\n")
+    (site / "sglang" / "srt" / "__init__.py").write_text("")
+    (spec / "__init__.py").write_text("")
+    (spec / "spec_registry.py").write_text("_REGISTRY = {}\n")
+    (spec / "spec_info.py").write_text(textwrap.dedent("""
+        from enum import IntEnum, auto
+        from sglang.srt.speculative import spec_registry
+        class SpeculativeAlgorithm(IntEnum):
+            NONE = auto()
+            DFLASH = auto()
+        spec_registry._REGISTRY["DDTREE"] = object()
+    """))
+    out = P.run_probe(sys.executable, [str(site)], components=["sglang"], timeout=30)
+    assert out["sglang"]["speculative_algorithms"] == ["NONE", "DFLASH", "DDTREE"]
+    assert out["sglang"]["registered_algorithms"] == ["DDTREE"]
+    assert P.gate(out, algorithms=["DFLASH", "DDTREE"]) == []
+    (spec / "spec_info.py").write_text("from enum import IntEnum, auto\nclass SpeculativeAlgorithm(IntEnum):\n"
+                                       "    NONE = auto()\n    DFLASH = auto()\n")
+    bare = P.run_probe(sys.executable, [str(site)], components=["sglang"], timeout=30)
+    assert P.gate(bare, algorithms=["DDTREE"]) == [
+        ("sglang 0.5.17 does not resolve the speculative algorithm DDTREE (its algorithms: NONE, DFLASH): the patch "
+        "series was not applied to the tree on PYTHONPATH")]
 
 
 def _fixtures():

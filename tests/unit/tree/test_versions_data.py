@@ -2,7 +2,7 @@
 
 Each supported version's pins are its wheel's own Requires-Dist (METADATA), its attention backends and
 speculative algorithms are what its source declares (read with ast: nothing imported), its overlay pins
-(overlay.yml; 0.5.11's in roles/dflash_layers) and its lock (overlay.lock.json: every wheel with a sha256
+(overlay.yml, which roles/dflash_layers reads) and its lock (overlay.lock.json: every wheel with a sha256
 and URL) agree with them, the version ranges agree with the per-version pins, and every fact names its
 source.
 """
@@ -88,10 +88,15 @@ def test_backends_and_algorithms_are_the_sources_own(version):
 
 
 def overlay_requirements(version):
-    if version == "0.5.11":
-        layer = yaml.safe_load((REPO_ROOT / "roles" / "dflash_layers" / "defaults" / "main.yml").read_text())
-        return layer["dflash_layers_overlay"]["requirements"]
+    """The version's overlay pins: its folder's overlay.yml (roles/dflash_layers reads it for the host's version)."""
     return yaml.safe_load((patch_dir(version) / "overlay.yml").read_text())["dflash_layers_overlay"]["requirements"]
+
+
+def test_the_layers_role_reads_the_versions_overlay():
+    defaults = (REPO_ROOT / "roles" / "dflash_layers" / "defaults" / "main.yml").read_text()
+    assert "files/patches/sglang/' ~ dflash_sglang_version" in defaults and "/overlay.yml'" in defaults
+    for version in SUPPORTED:
+        assert (patch_dir(version) / "overlay.yml").is_file()
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
@@ -152,3 +157,16 @@ def test_every_fact_names_its_source():
     for version, facts in DATA["versions"].items():
         for name, fact in facts.items():
             assert isinstance(fact, dict) and fact.get("source"), f"{version}: {name} has no source"
+
+
+def test_the_router_decision_is_what_the_router_role_pins():
+    """versions.yml's router: sglang-router 0.3.2 kept for every sglang version (its reason there), the pin and the
+    command roles/dflash_router and module_utils/dflash_router.py use."""
+    router = DATA["router"]
+    assert router["pinned"]["package"] == "sglang-router" and "keep sglang-router 0.3.2" in router["successor"]["decision"]
+    role = yaml.safe_load((REPO_ROOT / "roles" / "dflash_router" / "defaults" / "main.yml").read_text())
+    pins = [r for layer in role["dflash_router_venv_layers"] for r in layer["requirements"]]
+    assert pins == [f"{router['pinned']['package']}=={router['pinned']['version']}"]
+    code = (REPO_ROOT / "module_utils" / "dflash_router.py").read_text()
+    assert router["pinned"]["command"].split("-m ", 1)[1] in code
+    assert "--mini-lb" not in code  # the flag smg drops: the toolkit never passes it
