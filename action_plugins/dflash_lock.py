@@ -9,7 +9,10 @@ ansible-playbook on the controller and adds what only the controller knows:
 - whether a holder that names this same controller is still running (its ansible-playbook process):
   a lock of a run that is gone (killed, crashed) is taken over at once, naming it;
 - the wait: ``wait`` seconds at most (``dflash_lock_wait``), asking every ``poll`` seconds and saying
-  whom it waits for; then a failure in words naming the holder and what to do.
+  whom it waits for; then a failure in words naming the holder and what to do;
+- ``read`` (a play that only reports, e.g. a status play: it never takes the lock): ``msg`` names the
+  holder in the words a waiting run uses, ``stale`` says why its lock is stale (gone run of this controller,
+  or no heartbeat for more than ``stale_after`` seconds), else None.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ _MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 if _MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MODULE_UTILS)
 
-from ansible.module_utils.dflash_common.hostlock import describe, holder_gone, proc_start
+from ansible.module_utils.dflash_common.hostlock import describe, heartbeat_age, holder_gone, proc_start
 
 display = Display()
 WAIT_LINE_EVERY = 60.0
@@ -83,10 +86,29 @@ class ActionModule(ActionBase):
             if action != "acquire":
                 out = self._call(dict(base, action=action, run_id=me["run_id"]), task_vars)
                 out["run_id"] = me["run_id"]
+                if action == "read" and not out.get("failed"):
+                    out.update(self._said(out.get("holder"), me, host, a))
                 return dict(result, **out)
             return dict(result, **self._acquire(a, me, base, host, task_vars))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    @staticmethod
+    def _said(holder, me, host, a):
+        """read (e.g. a status play, which reads without taking the lock): who holds the host, in the words a
+        waiting run uses, and whether that lock is stale (``stale``: why, else None)."""
+        if not holder:
+            return {"stale": None, "msg": f"{host}: host lock: free"}
+        gone = holder_gone(holder, me)
+        if not gone and not holder.get("corrupt"):
+            try:
+                age, limit = heartbeat_age(holder), float(a.get("stale_after") or 1800)
+            except (TypeError, ValueError):
+                age, limit = None, 1800.0
+            if age is not None and age > limit:
+                gone = f"no heartbeat for {age:.0f} s (dflash_lock_stale_after {limit:.0f} s)"
+        return {"stale": gone,
+                "msg": f"{host}: host lock held by {describe(holder)}" + (f"; stale: {gone}" if gone else "")}
 
     def _acquire(self, a, me, base, host, task_vars):
         try:

@@ -12,7 +12,8 @@ description:
     than O(stale_after) seconds, an unreadable one, or the one of run O(takeover) is replaced (the holder is
     returned in C(took_over)). Read and replaced under C(flock) of C(<prefix>/.lock.guard).
   - C(touch) refreshes this run's heartbeat and fails when another run holds the lock (fencing);
-    C(release) removes this run's lock and leaves another run's alone; C(read) returns the record.
+    C(release) removes this run's lock and leaves another run's alone; C(read) returns the record (nothing
+    written; through the action plugin also C(msg), the holder in words, and C(stale), why it is stale).
   - Run through the action plugin of the same name, which sets O(holder) from the controller and waits.
   - Logic lives in C(module_utils/dflash_common/hostlock.py).
 options:

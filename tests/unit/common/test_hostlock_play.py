@@ -103,3 +103,26 @@ def test_two_runs_started_together_one_gets_the_host(tmp_path):
     assert f"the host is locked by run {winner['run_id']} of " in loser
     assert f"(pid {winner['holder']['pid']}, pb.yml" in loser
     assert not (prefix / "lock").exists()  # the winner let go of it
+
+
+def test_read_names_the_holder_and_a_stale_lock_without_taking_it(tmp_path):
+    # a read-only play (status) reads the lock: the holder in a waiting run's words, its staleness, nothing written
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"dflash_lock": {"action": "read", "prefix": str(tmp_path / "never")}, "register": "l"},
+        show(tmp_path / "free.json"),
+        {"dflash_lock": {"action": "read", "prefix": str(tmp_path)}, "register": "l"}, show(tmp_path / "held.json"),
+        {"dflash_lock": {"action": "read", "prefix": str(tmp_path), "stale_after": 60}, "register": "l"},
+        show(tmp_path / "stale.json")]}]
+    other = {"run_id": "0123456789ab", "controller": "laptop-b", "controller_id": "another-machine", "user": "bob",
+             "pid": 4242, "playbook": "deploy.yml", "purpose": "deploy", "host": "localhost"}
+    hl.acquire(str(tmp_path), other, 1800, now=time.time() - 600)
+    before = (tmp_path / "lock").read_text()
+    r = run_play(play, tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:]
+    free, held, stale = (json.loads((tmp_path / f).read_text()) for f in ("free.json", "held.json", "stale.json"))
+    assert free["holder"] is None and free["msg"] == "localhost: host lock: free"
+    assert not (tmp_path / "never").exists()
+    assert held["msg"].startswith("localhost: host lock held by run 0123456789ab of bob@laptop-b (pid 4242, deploy.yml")
+    assert held["stale"] is None  # 600 s without a heartbeat is within the default 1800 s
+    assert stale["stale"].startswith("no heartbeat for 6") and "; stale: no heartbeat for" in stale["msg"]
+    assert (tmp_path / "lock").read_text() == before  # read, never taken nor refreshed
