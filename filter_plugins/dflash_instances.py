@@ -96,7 +96,32 @@ def dflash_inventory_errors(instances, host, hostvars):
     user set (``hostvars[inventory_hostname]``: inventory, extra vars; not role defaults)."""
     names = list(hostvars.keys()) if hasattr(hostvars, "keys") else []
     settings = {k: _plain(hostvars[k]) for k in (*_inv.SHARED, "dflash_instances_bind_host") if k in names}
-    return _inv.inventory_errors(str(host), _plain(instances), settings, names)
+    return _inv.inventory_errors(str(host), _plain(instances), settings, names, _nulls(hostvars, names))
+
+
+def _nulls(hostvars, names):
+    """The list inputs the inventory set to null. A value that does not resolve here (it templates a role
+    default, e.g. dflash_prefix) is not null: its own stage reads it."""
+    out = []
+    for k in _inv.NULL_REFUSED:
+        try:
+            null = k in names and _plain(hostvars[k]) is None
+        except Exception:  # noqa: BLE001 - Ansible's undefined markers raise their own types
+            null = False
+        if null:
+            out.append(k)
+    return out
+
+
+def dflash_remove_errors(remove, host, instances, host_facts, known_elsewhere=()):
+    """Names of dflash_remove_instances that neither this host nor another host of the run has ever had."""
+    return _inv.remove_errors(str(host), _plain(remove), _plain(instances) if isinstance(_plain(instances), list) else [],
+                              _plain(host_facts), _plain(known_elsewhere) or [])
+
+
+def dflash_instances_known(host_facts):
+    """The instance names a host knows (current release, installed units, every release on it)."""
+    return _inv.known_instances(_plain(host_facts))
 
 
 def dflash_disk_errors(disk_facts, host, need_free_mib=1024):
@@ -237,6 +262,8 @@ class FilterModule:
             "dflash_instances_errors": dflash_instances_errors,
             "dflash_inventory_errors": dflash_inventory_errors,
             "dflash_disk_errors": dflash_disk_errors,
+            "dflash_remove_errors": dflash_remove_errors,
+            "dflash_instances_known": dflash_instances_known,
             "dflash_instances_warnings": dflash_instances_warnings,
             "dflash_instances_flags": dflash_instances_flags,
             "dflash_instances_report": dflash_instances_report,

@@ -75,6 +75,11 @@ def dflash_rollout_batches(hosts, serial):
     return _rollout.batches(_plain(hosts), _plain(serial))
 
 
+def dflash_rollout_later(batches, host):
+    """The hosts of the batches after ``host``'s."""
+    return _rollout.later_hosts(_plain(batches), str(host))
+
+
 def dflash_rollout_serial_errors(serial):
     return _rollout.check_serial(_plain(serial))
 
@@ -125,6 +130,7 @@ class FilterModule:
             "dflash_rollout_routers": dflash_rollout_routers,
             "dflash_rollout_router_endpoints": dflash_rollout_router_endpoints,
             "dflash_rollout_batches": dflash_rollout_batches,
+            "dflash_rollout_later": dflash_rollout_later,
             "dflash_rollout_serial_errors": dflash_rollout_serial_errors,
             "dflash_rollout_summary_lines": dflash_rollout_summary_lines,
             "dflash_multinode_check": dflash_multinode_check,

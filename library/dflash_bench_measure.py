@@ -44,6 +44,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_bench.client import run_cell
+from ansible.module_utils.dflash_common.hostlock import Heartbeat
 
 
 def main():
@@ -64,6 +65,12 @@ def main():
                 or not str(cell.get("concurrency", "")).isdigit():
             module.fail_json(msg=f"cells[{i}]: needs id, workload (seeds, random, agent) and concurrency: {cell!r}")
     out, t0 = {}, time.monotonic()
+    with Heartbeat():  # a benchmark runs for minutes: the host lock stays fresh meanwhile
+        measure(module, p, out, t0)
+    module.exit_json(changed=False, cells=out)
+
+
+def measure(module, p, out, t0):
     for cell in p["cells"]:
         left = p["deadline"] - (time.monotonic() - t0) if p["deadline"] > 0 else None
         if module.check_mode or (left is not None and left < 5):
@@ -74,7 +81,6 @@ def main():
         timeout = p["timeout"] if left is None else min(p["timeout"], left)
         out[cell["id"]] = run_cell(p["base_url"].rstrip("/"), cell["workload"], int(cell["concurrency"]), p["options"],
                                    timeout, api_key=p["api_key"])
-    module.exit_json(changed=False, cells=out)
 
 
 if __name__ == "__main__":

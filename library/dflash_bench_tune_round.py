@@ -48,6 +48,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_bench.openloop import run_load, warm_up
 from ansible.module_utils.dflash_bench.tune import round_order
+from ansible.module_utils.dflash_common.hostlock import Heartbeat
 
 
 def main():
@@ -71,6 +72,12 @@ def main():
             module.fail_json(msg=f"loads[{i}]: needs kind (rate or concurrency), value > 0 and requests > 0: {load!r}")
     if not p["prompts"] or any(not isinstance(x.get("payload"), dict) for x in p["prompts"]):
         module.fail_json(msg="prompts: a non-empty list of {label, payload}")
+    with Heartbeat():  # a round runs for minutes: the host lock stays fresh meanwhile
+        out, seconds = measure(module, p)
+    module.exit_json(changed=False, cells=out, seconds=seconds)
+
+
+def measure(module, p):
     servers = {s["name"]: s for s in p["servers"]}
     t0 = time.monotonic()
     out = []
@@ -89,7 +96,7 @@ def main():
         cell = run_load(srv["base_url"].rstrip("/"), p["prompts"], load, seed=p["seed"] * 1000 + p["round"],
                         timeout=timeout, api_key=p["api_keys"].get(name))
         out.append(dict(cell, config=name, load=load))
-    module.exit_json(changed=False, cells=out, seconds=round(time.monotonic() - t0, 3))
+    return out, round(time.monotonic() - t0, 3)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,18 @@ options:
              type: dict, default: {}}
   prefix: {description: "The toolkit prefix: the instances of its current release (port, GPUs) and the free
             space there, in /var/cache and in Ansible's remote temporary directory.", type: path}
+  space:
+    description: "More directories a deploy writes, [{path, what}] (unit files, layers, trees, ...): their free space."
+    type: list
+    elements: dict
+    default: []
+  uv_cache_dir:
+    description: "The uv cache directory the layer builds pass (empty: uv's own, found as uv finds it: UV_CACHE_DIR,
+      XDG_CACHE_HOME/uv, ~/.cache/uv of the user that runs it): its free space."
+    type: str
+    default: ''
+  check_uv_cache: {description: Whether a layer build runs uv on this host (its cache's free space)., type: bool,
+                   default: false}
 author: dflash-deploy
 """
 
@@ -35,6 +47,7 @@ host_facts: {description: "{listeners, paths, drafts, units, overlay, runtimes}"
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_common.disk import uv_cache_dir
 from ansible.module_utils.dflash_instances.host import gather_host_facts
 
 
@@ -46,12 +59,21 @@ def main():
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "sgl_kernel_file": {"type": "path"},
             "prefix": {"type": "path"},
+            "space": {"type": "list", "elements": "dict", "default": []},
+            "uv_cache_dir": {"type": "str", "default": ""},
+            "check_uv_cache": {"type": "bool", "default": False},
             "runtimes": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     p = module.params
-    space = [p["prefix"], "/var/cache", module.tmpdir] if p["prefix"] else []
+    space = []
+    if p["prefix"]:
+        space = [(p["prefix"], "releases and the toolkit's files"), ("/var/cache/dflash", "the instances' caches"),
+                 (module.tmpdir, "Ansible's temporary files")]
+        space += [(str(s["path"]), str(s.get("what") or "")) for s in p["space"] if s.get("path")]
+        if p["check_uv_cache"]:
+            space.append((uv_cache_dir(p["uv_cache_dir"]), "uv's cache (the layer builds)"))
     facts = gather_host_facts(p["instances"], p["layer_path"], p["unit_dir"], sgl_kernel_file=p["sgl_kernel_file"],
                               prefix=p["prefix"], space_paths=space, runtimes=p["runtimes"])
     module.exit_json(changed=False, host_facts=facts)

@@ -60,6 +60,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.disk import free_space
+from ansible.module_utils.dflash_common.hostlock import Heartbeat, LockError, fence
 from ansible.module_utils.dflash_layers.build import (
     LayerBuilder,
     LayerError,
@@ -138,8 +139,11 @@ def main():
                            compile_bytecode=p["compile_bytecode"], build_timeout=p["build_timeout"],
                            progress_file=None if module.check_mode else p["progress_file"])
     try:
-        items, changed, stale = builder.ensure(p["layers"], p["wheel_locks"], p["wheelhouse"])
-    except LayerError as exc:
+        if not module.check_mode:
+            fence()  # this run's host lock: refreshed, or the build refused when another run holds the host
+        with Heartbeat():  # a build takes minutes: the lock stays fresh meanwhile
+            items, changed, stale = builder.ensure(p["layers"], p["wheel_locks"], p["wheelhouse"])
+    except (LayerError, LockError) as exc:
         module.fail_json(msg=str(exc), commands=builder.log)
     finally:
         if p["progress_file"] and os.path.exists(p["progress_file"]):

@@ -16,13 +16,15 @@ description:
     changes; C(rollback) does both and switches current to the target; C(prune) keeps the newest O(keep)
     (and current and O(protect)) releases and returns what the kept ones use; the tree and layers stages
     prune their own directories from that (roles/dflash_tree, roles/dflash_layers: tasks_from prune).
+  - C(sweep) removes what an interrupted run left (staging directories, temporary files) under the prefix, in
+    O(dirs) and in O(unit_dir); it returns them with their sizes.
   - Logic lives in C(module_utils/dflash_release/).
 options:
   action:
     description: What to do.
     type: str
     required: true
-    choices: [prepare, activate, deactivate, mark, list, rollback_plan, rollback, prune]
+    choices: [prepare, activate, deactivate, mark, list, rollback_plan, rollback, prune, sweep]
   prefix: {description: Install prefix., type: path, default: /opt/dflash}
   layers: {description: The dflash_layers fact (final layer last)., type: list, elements: dict}
   extra_layers: {description: "The layers of the other sglang versions the instances run (dflash_runtimes): listed in
@@ -38,6 +40,8 @@ options:
   keep: {description: Releases to keep for prune., type: int, default: 5}
   protect: {description: Release ids prune must keep., type: list, elements: str}
   rollback_to: {description: Release id for rollback_plan (default the previous healthy one)., type: str}
+  healthy_only: {description: "rollback_plan: only a release whose smoke test passed (not one never tested).",
+                 type: bool, default: false}
   host: {description: Host name used in messages., type: str, default: ''}
   secrets:
     description: "{instance: {VAR: value}}: API keys and credential variables, written to the instance's
@@ -46,7 +50,7 @@ options:
   remove_absent: {description: Remove every instance the inventory no longer lists (prepare)., type: bool,
                   default: false}
   remove: {description: Instances to remove (prepare)., type: list, elements: str, default: []}
-  unit_dir: {description: Where the instance units are installed (prepare)., type: path}
+  unit_dir: {description: Where the instance units are installed (prepare, sweep)., type: path}
   units:
     description:
       - "The staged unit files the activation puts live (C(dflash_units): [{instance, src, dest}]); prepare records
@@ -54,6 +58,11 @@ options:
         playbooks/status.yml checks the host against. A reused release made before these were recorded gets them."
     type: list
     elements: dict
+  dirs:
+    description: "Directories whose .tmp-* entries are an interrupted run's staging (sweep: the layers, the trees)."
+    type: list
+    elements: path
+    default: []
 author: dflash-deploy
 """
 
@@ -74,6 +83,7 @@ releases: {description: Releases oldest first., type: list, returned: list}
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common.disk import os_error_message
+from ansible.module_utils.dflash_common.hostlock import LockError, fence
 from ansible.module_utils.dflash_release.manifest import ReleaseError
 from ansible.module_utils.dflash_release.ops import (
     activate,
@@ -84,6 +94,7 @@ from ansible.module_utils.dflash_release.ops import (
     prepare,
     prune,
     rollback,
+    sweep_leftovers,
 )
 
 
@@ -92,7 +103,7 @@ def main():
         argument_spec={
             "action": {"type": "str", "required": True,
                        "choices": ["prepare", "activate", "deactivate", "mark", "list", "rollback_plan",
-                                   "rollback", "prune"]},
+                                   "rollback", "prune", "sweep"]},
             "prefix": {"type": "path", "default": "/opt/dflash"},
             "layers": {"type": "list", "elements": "dict"},
             "extra_layers": {"type": "list", "elements": "dict", "default": []},
@@ -107,12 +118,14 @@ def main():
             "keep": {"type": "int", "default": 5},
             "protect": {"type": "list", "elements": "str", "default": []},
             "rollback_to": {"type": "str"},
+            "healthy_only": {"type": "bool", "default": False},
             "host": {"type": "str", "default": ""},
             "secrets": {"type": "dict", "no_log": True},
             "remove_absent": {"type": "bool", "default": False},
             "remove": {"type": "list", "elements": "str", "default": []},
             "unit_dir": {"type": "path"},
             "units": {"type": "list", "elements": "dict"},
+            "dirs": {"type": "list", "elements": "path", "default": []},
         },
         required_if=[("action", "activate", ["release_id"]), ("action", "mark", ["release_id", "status"])],
         supports_check_mode=True,
@@ -121,6 +134,8 @@ def main():
     prefix, check = p["prefix"], module.check_mode
     where = (p["host"] + ": ") if p["host"] else ""
     try:
+        if not check and p["action"] in ("prepare", "activate", "deactivate", "mark", "rollback", "prune", "sweep"):
+            fence()  # this run's host lock: refreshed, or the step refused when another run holds the host
         if p["action"] == "prepare":
             res = prepare(prefix, p["layers"], p["tree"], p["flags"], p["fingerprint"], p["revision"], p["dirty"],
                           host=p["host"] or "host", check_mode=check, secrets=p["secrets"],
@@ -138,11 +153,14 @@ def main():
         if p["action"] == "rollback":
             module.exit_json(**rollback(prefix, p["rollback_to"], check_mode=check))
         if p["action"] == "rollback_plan":
-            module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"]))
+            module.exit_json(changed=False, **plan_rollback(prefix, p["rollback_to"], p["healthy_only"]))
+        if p["action"] == "sweep":
+            res = sweep_leftovers(prefix, p["dirs"], p["unit_dir"], check_mode=check)
+            module.exit_json(changed=bool(res["removed"]), **res)
         if p["action"] == "prune":
             res = prune(prefix, p["keep"], p["protect"], check_mode=check)
             module.exit_json(**res)
-    except ReleaseError as exc:
+    except (ReleaseError, LockError) as exc:
         module.fail_json(msg=f"{where}{exc}")
     except OSError as exc:
         module.fail_json(msg=f"{where}{os_error_message(exc, prefix)}")

@@ -56,6 +56,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dflash_common import progress
+from ansible.module_utils.dflash_common.hostlock import Heartbeat, LockError, fence
 from ansible.module_utils.dflash_tree.common import TreeError
 from ansible.module_utils.dflash_tree.disk import (
     close_plan,
@@ -183,7 +184,10 @@ def main():
                         f"{p['name']} ({p['hash']}): the wheel or the patches differ between them"
                     )
                 ticker.set(what=f"sglang tree {p['name']}: writing and checking the files")
-                result = ensure_tree(plan, p["trees_dir"], check_mode=module.check_mode)
+                if not module.check_mode:
+                    fence()  # this run's host lock: refreshed, or the build refused when another run holds the host
+                with Heartbeat():
+                    result = ensure_tree(plan, p["trees_dir"], check_mode=module.check_mode)
             finally:
                 close_plan(plan)
         if p["progress_file"] and os.path.exists(p["progress_file"]):
@@ -195,6 +199,8 @@ def main():
             manifest=result["manifest"],
             leftovers_removed=result["leftovers_removed"],
         )
+    except LockError as e:
+        module.fail_json(msg=str(e))
     except TreeError as e:
         module.fail_json(
             msg=str(e),

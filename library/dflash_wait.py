@@ -150,6 +150,7 @@ resume: {description: What the next chunk of the wait needs., type: dict, return
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.dflash_common.hostlock import Heartbeat, LockError, fence
 from ansible.module_utils.dflash_common.secrets import redact
 from ansible.module_utils.dflash_diagnose.engine import diagnose_text
 from ansible.module_utils.dflash_release.gates import release_context
@@ -220,6 +221,10 @@ def main():
     # and in the records it writes (redact); a crashing sglang logs its ServerArgs, keys included
     secrets = instance_secret_values(insts_full)
     module.no_log_values.update(secrets)
+    try:
+        fence()  # this run's host lock: refreshed, or the wait refused when another run holds the host
+    except LockError as exc:
+        module.fail_json(msg=f"{where}{exc}")
     if p["judged"] is not None:
         record_judged(module, p, where, secrets)
     # each instance's sglang version (the manifest's entry): its diagnosis' remedies and its smoke test's meta_info
@@ -246,7 +251,8 @@ def main():
         if p["record_dir"]:
             merge_record(p["record_dir"], name, "wait", redact(st, secrets))
 
-    outcome = restart_and_wait(insts, units, p, diagnose_text, where, record)
+    with Heartbeat():  # a wait of minutes in one call (progress_interval 0) keeps the lock fresh
+        outcome = restart_and_wait(insts, units, p, diagnose_text, where, record)
     if outcome[0] == "starting":
         module.exit_json(verdict="starting", failed_instances=[], instances={}, **outcome[1])
     _done, result, msgs = outcome
@@ -254,8 +260,9 @@ def main():
         module.fail_json(msg="; ".join(msgs) or f"{where}wait: {result['verdict']}", **result)
     if p["smoke"]:
         # generation + speculative proof + gates in the same module call (one transport round trip less)
-        smoke, failed, smsgs = smoke_all(insts_full, smoke_options(p, "smoke_timeout"), p["record_dir"], where,
-                                         gates, gate_context)
+        with Heartbeat():
+            smoke, failed, smsgs = smoke_all(insts_full, smoke_options(p, "smoke_timeout"), p["record_dir"], where,
+                                             gates, gate_context)
         result["smoke"] = smoke
         result["failed_instances"] = failed
         if failed:

@@ -37,6 +37,9 @@ LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/run", "/boot", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
                "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/libexec", "/var/log", "/var/cache/dflash")
 SYSTEM_EXCEPTIONS = ("/dev/shm", "/run/shm")
+# directories many things share: a model may live below them, never be one of them
+SHARED_DIRS = ("/usr", "/usr/local", "/usr/share", "/usr/src", "/var", "/var/lib", "/var/tmp", "/var/cache", "/var/opt",
+               "/opt", "/srv", "/mnt", "/media", "/tmp", "/home", "/root", "/run/user", "/dev/shm", "/run/shm")
 
 
 def control_char(text) -> str | None:
@@ -160,21 +163,46 @@ def check_flags(raw: dict, add, known, version, managed_flags) -> None:
 # ----------------------------------------------------------------------------- paths
 
 
+def tilde_problem(path) -> str | None:
+    """A path spelt with ``~`` (a home directory): neither systemd nor sglang expands it."""
+    if not isinstance(path, str) or not path.startswith("~"):
+        return None
+    user, _, rest = path[1:].partition("/")
+    home = "/root" if user in ("", "root") else f"the home directory of {user}"
+    return (f"{path!r} starts with '~' ({home}{', ' + '/' + rest if rest and user in ('', 'root') else ''}): "
+            "nothing expands it in the unit's $DFLASH_ARGS, and a home directory is no place for a model the "
+            "hardened unit reads (ProtectHome=yes): give the absolute path of a directory of its own outside "
+            "/home, /root and /run/user")
+
+
 def resolved_path_problem(field, path, real, protect_home, home_prefixes, prefix, staged=False,
-                          tmpfs_prefixes=("/dev/shm/", "/run/shm/")) -> str | None:
+                          tmpfs_prefixes=("/dev/shm/", "/run/shm/"), homes=()) -> str | None:
     """Why a model path (or where it resolves to: ``..`` removed, symlinks followed on the host) may not
     be used, else None. ``staged``: model_path of a staged model (root copies into it); that problem is
-    the field model_source's and its message starts with 'model_source: '."""
+    the field model_source's and its message starts with 'model_source: '. ``homes``: [{user, home}] of the
+    host's root and login users (host facts), wherever their homes are."""
     norm = posixpath.normpath(path)
     seen = [norm] + ([real] if real and real != norm else [])
     via = "" if norm == path else f" (it resolves to {norm})"
+    home_roots = tuple(h.rstrip("/") for h in home_prefixes)
     for p in seen:
         via_p = via if p == norm else f" (it resolves to {p} through a symlink on the host)"
         if p == "/":
             return f"{path}{via_p} is the root directory"
-        if protect_home and p.startswith(home_prefixes):
+        owner = next((h for h in homes or () if p == h.get("home")), None)
+        if owner or p in home_roots:
+            who = (f"the home directory of {owner['user']}" if owner else "the home directory of root" if p == "/root"
+                   else f"{p}, where the users' directories live")
+            return f"{path}{via_p} is {who}: a model needs a directory of its own, outside home directories"
+        if p in SHARED_DIRS:
+            return f"{path}{via_p} is {p} itself, a directory many things share: a model needs a directory of its own"
+        if protect_home and any(under(p, h) for h in home_roots):
             return (f"{path}{via_p} is under /home, /root or /run/user, which the hardened unit cannot see "
                     "(ProtectHome=yes); move it or set dflash_instances_protect_home: false")
+        owner = next((h for h in homes or () if h.get("home") and h["home"] != "/" and under(p, h["home"])), None)
+        if protect_home and owner:
+            return (f"{path}{via_p} is in the home directory of {owner['user']} ({owner['home']}): a model needs a "
+                    "directory of its own outside users' homes; move it or set dflash_instances_protect_home: false")
         for d in SYSTEM_DIRS + ((prefix.rstrip("/"),) if prefix else ()):
             if prefix and d == prefix.rstrip("/") and p.startswith(d + "/models/") and len(p) > len(d) + 8:
                 continue  # the models stage's store (roles/dflash_models): a directory per stored model

@@ -208,6 +208,35 @@ def current_instances(prefix):
     return {"id": m.get("id"), "instances": out}
 
 
+def released_instances(prefix):
+    """Every instance name a release on the host has (any readable releases/*/manifest.json) or had (removed ones):
+    the names ``dflash_remove_instances`` may give without being a typo."""
+    names = set()
+    for path in glob.glob(os.path.join(prefix, "releases", "*", "manifest.json")) if prefix else []:
+        try:
+            names |= set(json.loads(_read(path) or "{}").get("instances") or {})
+        except (ValueError, AttributeError):
+            continue
+    try:  # removed ones, whose releases may be pruned by now (dflash_release/activation.py remember_removed)
+        names |= {str(n) for n in json.loads(_read(os.path.join(prefix, "removed-instances.json")) or "[]")}
+    except (ValueError, TypeError):
+        pass
+    return sorted(names)
+
+
+def login_homes(passwd=None):
+    """[{user, uid, home}] of root and the login users (uid >= 1000): their home directories, wherever they are
+    (/home/<user>, /srv/<user>, ...), are no place for a model the hardened unit must read."""
+    import pwd
+
+    out = []
+    for pw in passwd if passwd is not None else pwd.getpwall():
+        home = os.path.normpath(pw.pw_dir or "/")
+        if (pw.pw_uid == 0 or 1000 <= pw.pw_uid < 65534) and home not in ("/", "/nonexistent", "/dev/null"):
+            out.append({"user": pw.pw_name, "uid": pw.pw_uid, "home": home})
+    return out
+
+
 def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system", proc="/proc", runner=None,
                       sgl_kernel_file=None, prefix=None, space_paths=(), runtimes=None):
     """``runtimes``: {sglang version: {layer_path, sgl_kernel_file}} of every version the host's instances run
@@ -247,7 +276,11 @@ def gather_host_facts(instances, layer_path=None, unit_dir="/etc/systemd/system"
         "sgl_kernel": sgl_kernel_facts(sgl_kernel_file),
         "models": _tp.model_facts(instances),  # attention heads for the tp checks (dflash_instances/tp.py)
         "current": current_instances(prefix),
-        "disk": [dflash_diskspace.free_space(p) for p in space_paths or ()],
+        "released": released_instances(prefix),
+        "homes": login_homes(),
+        # each directory a deploy writes ((path, what) or a path) and its filesystem's free space
+        "disk": [dict(dflash_diskspace.free_space(p[0] if isinstance(p, (tuple, list)) else p),
+                      what=p[1] if isinstance(p, (tuple, list)) else "") for p in space_paths or ()],
         "runtimes": {str(v): {"overlay": overlay_cuda(r.get("layer_path"), runner) if r.get("layer_path") else {},
                               "sgl_kernel": sgl_kernel_facts(r.get("sgl_kernel_file"))}
                      for v, r in (runtimes or {}).items() if isinstance(r, dict)},

@@ -16,6 +16,16 @@ from ansible.module_utils.dflash_instances.checks import SYSTEM_DIRS, control_ch
 # the shared inventory inputs (docs/design.md) a typo'd name is compared with
 SHARED = ("dflash_instances", "dflash_prefix", "dflash_remove_absent", "dflash_remove_instances",
           "dflash_service_manager", "dflash_min_free_mib", "dflash_venv_layers")
+# list (and mapping) inputs that a bare ``name:`` line in YAML leaves null: said in words, naming the variable,
+# before a template elsewhere fails on it without a name
+NULL_REFUSED = {
+    "dflash_instances": "the list of instances this host serves",
+    "dflash_remove_instances": "a list of instance names to remove",
+    "dflash_venv_layers": "the list of venv layers",
+    "dflash_server_files": "a list of {src, dest}",
+    "dflash_instances_disabled_rules": "a list of rule names",
+    "dflash_smoke_gates": "a mapping of smoke gate settings",
+}
 # variables that no longer exist, and what replaced them
 RENAMED = {
     "dflash_instances_remove_stale": (
@@ -65,10 +75,20 @@ def typo_hints(var_names, wanted) -> list:
     return difflib.get_close_matches(wanted, names, n=3, cutoff=0.8)
 
 
-def inventory_errors(host, instances, settings, var_names=()) -> list:
+def null_errors(host, nulls) -> list:
+    """One error per input the inventory set to null (``dflash_instances:`` with nothing after it)."""
+    tail = ("; nothing is changed on the host while it is empty. To take every instance off the host, list them in "
+            "dflash_remove_instances")
+    return [(f"{host}: field '{name}': is null (the line '{name}:' has nothing after it): give "
+             f"{NULL_REFUSED.get(name, 'a value')}, or leave the line out{tail if name == 'dflash_instances' else ''}")
+            for name in sorted(nulls or ())]
+
+
+def inventory_errors(host, instances, settings, var_names=(), nulls=()) -> list:
     """Errors of the host's inventory as a whole. ``settings``: {name: value or None} of the shared
-    variables (None = not set); ``var_names``: every variable name the host has (typo hints)."""
-    errors = []
+    variables (None = not set); ``var_names``: every variable name the host has (typo hints); ``nulls``: the
+    inputs the inventory set to null (refused in words, see NULL_REFUSED)."""
+    errors = null_errors(host, nulls)
     s = settings or {}
     remove = s.get("dflash_remove_instances")
     remove_absent = s.get("dflash_remove_absent")
@@ -89,7 +109,7 @@ def inventory_errors(host, instances, settings, var_names=()) -> list:
                       "either deployed or removed")
 
     if instances is None or (isinstance(instances, list) and not instances):
-        if not remove:
+        if not remove and "dflash_instances" not in (nulls or ()):
             hints = typo_hints(var_names, "dflash_instances")
             hint = (f" (the inventory sets {', '.join(repr(h) for h in hints)}: a typo for dflash_instances?)"
                     if hints else "")
@@ -167,3 +187,38 @@ def placeholder_errors(host, values, group_hosts=None) -> list[str]:
         for path, what in _placeholders_in(values[name], name):
             errors.append(f"{host}: fill in {path}: {what}")
     return errors
+
+
+def known_instances(host_facts) -> list:
+    """The instance names a host knows: its current release's, its installed dflash-<name>.service units' (not the
+    staging units nor the boot guard) and every release's on it (one already removed included)."""
+    hf = host_facts or {}
+    units = {u[len("dflash-"):-len(".service")] for u in hf.get("units") or []
+             if u.startswith("dflash-") and u.endswith(".service") and not u.startswith("dflash-stage-")
+             and u != "dflash-guard.service"}
+    current = set(((hf.get("current") or {}).get("instances")) or {})
+    return sorted(units | current | set(hf.get("released") or []))
+
+
+def remove_errors(host, remove, instances, host_facts, known_elsewhere=()) -> list:
+    """Names in ``dflash_remove_instances`` this host has never had (nor another host of the run): a misspelt name
+    would remove nothing, silently. -> errors naming them and the instances the host has."""
+    if not isinstance(remove, list):
+        return []  # inventory_errors says what is wrong with its shape
+    listed = {i.get("name") for i in instances or [] if isinstance(i, dict)}
+    known = set(known_instances(host_facts))
+    unknown = [n for n in remove if isinstance(n, str) and n and n not in known and n not in listed
+               and n not in set(known_elsewhere or ())]
+    if not unknown:
+        return []
+    hf = host_facts or {}
+    serving = sorted(set(((hf.get("current") or {}).get("instances")) or {})
+                     | {u[len("dflash-"):-len(".service")] for u in hf.get("units") or []
+                        if u.startswith("dflash-") and not u.startswith("dflash-stage-") and u != "dflash-guard.service"})
+    earlier = sorted(known - set(serving))
+    names = ", ".join(repr(n) for n in unknown)
+    what = "is not an instance" if len(unknown) == 1 else "are not instances"
+    msg = (f"{host}: field 'dflash_remove_instances': {names} {what} this host has or had (its instances: "
+           f"{', '.join(serving) or 'none'}{'; in earlier releases: ' + ', '.join(earlier) if earlier else ''}): "
+           "a misspelt name removes nothing; correct it or take it out of the list")
+    return [msg]

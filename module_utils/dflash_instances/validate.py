@@ -187,6 +187,9 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
                 continue
             if not path:
                 continue
+            if dflash_checks.tilde_problem(path):
+                add(field, dflash_checks.tilde_problem(path))
+                continue
             if not isinstance(path, str) or not path.startswith("/"):
                 add(field, f"must be an absolute path, got {path!r}")
                 continue
@@ -197,7 +200,7 @@ def validate_instances(host, instances, fingerprint, host_facts, rule_names=(), 
             problem = dflash_checks.resolved_path_problem(field, path, (paths.get(path) or {}).get("realpath"), protect_home,
                                             _fields.HOME_PREFIXES, prefix,
                                             staged=field == "model_path" and bool(raw.get("model_source")),
-                                            tmpfs_prefixes=_fields.TMPFS_PREFIXES)
+                                            tmpfs_prefixes=_fields.TMPFS_PREFIXES, homes=host_facts.get("homes"))
             if problem:
                 if problem.startswith("model_source: "):
                     add("model_source", problem[len("model_source: "):])

@@ -34,9 +34,11 @@ import re
 import secrets
 import shutil
 import subprocess
+import tempfile
 import time
 
 from ansible.module_utils.dflash_common import progress as dflash_progress
+from ansible.module_utils.dflash_common.disk import no_space_headline, uv_cache_dir
 from ansible.module_utils.dflash_common.trash import remove_dirs
 from ansible.module_utils.dflash_layers import overlay
 from ansible.module_utils.dflash_layers.pep508 import canonical_name
@@ -465,11 +467,17 @@ class LayerBuilder:
         if self._ticker is not None:
             self._ticker.set(what=f"layer {spec['name']}: {what}")
         argv = [self.uv, *args]
-        rc, out, err = self.run(argv, env=self._uv_env(spec), timeout=self.build_timeout)
+        env = self._uv_env(spec)
+        rc, out, err = self.run(argv, env=env, timeout=self.build_timeout)
         self.log.append({"cmd": argv, "rc": rc})
         if rc != 0:
-            raise LayerError(f"layer {spec['name']}: {what} failed (rc {rc}): {' '.join(argv)}\n"
-                             f"{(err or out).strip()[-2000:]}")
+            # a full disk: said first, with where (uv's cache, the layers, the temporary directory: the fullest)
+            full = no_space_headline(f"{err}\n{out}", [
+                (uv_cache_dir(env.get("UV_CACHE_DIR"), env), "uv's cache"),
+                (self.layers_dir, "the venv layers"),
+                (env.get("TMPDIR") or tempfile.gettempdir(), "the temporary directory")])
+            head = f"layer {spec['name']}: {full}: " if full else f"layer {spec['name']}: "
+            raise LayerError(f"{head}{what} failed (rc {rc}): {' '.join(argv)}\n{(err or out).strip()[-2000:]}")
         return out
 
     @staticmethod

@@ -23,6 +23,7 @@ The service backend (``dflash_service``: systemd or the runner) is passed in. No
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -40,7 +41,10 @@ from ansible.module_utils.dflash_release.journal import (
     read_bytes,
     read_journal,
     read_manifest,
+    read_unit_record,
+    record_units,
     restore_files,
+    unit_drifted,
     write_atomic,
     write_journal,
 )
@@ -56,33 +60,41 @@ def unit_of(name: str, entry: dict | None = None) -> str:
 
 
 def plan(prefix, release_id, names, units, changed, not_running, restart_all=False, remove=(),
-         previous=None):
+         previous=None, manifest=None):
     """What an activation of ``release_id`` does, from facts only (pure).
 
-    names: instances of the new release; units: [{dest, src, instance}] the staged unit files;
-    changed: instances whose release content differs from current; not_running: instances not
-    active now; remove: [{instance, unit, stage_unit}] removals asked for (done at commit);
-    previous: the current release's manifest ({} on a first deploy).
-    -> {restart, stop_first, units: [{dest, src, instance, change}], remove}"""
+    names: instances of the new release; units: [{dest, src, instance, content?}] the staged unit files
+    (``content``: what would be staged, in check mode, where nothing is written); changed: instances whose
+    release content differs from current; not_running: instances not active now; remove: [{instance, unit,
+    stage_unit}] removals asked for (done at commit); previous: the current release's manifest ({} on a first
+    deploy); manifest: the new release's (a check-mode run's release is not on disk).
+    -> {restart, stop_first, units: [{dest, src, instance, change}], remove, diff: [unit file diffs]}"""
     names = sorted(names)
     staged = []
     unit_changed = set()
+    diff = []
+    record = read_unit_record(prefix)
     for u in units or []:
-        new = read_bytes(u["src"])
+        new = u["content"].encode("utf-8") if u.get("content") is not None else read_bytes(u["src"])
         if new is None:
             raise ActivationError(f"staged unit {u['src']} is missing (the instances stage did not run?)")
         old = read_bytes(u["dest"])
         change = "same" if old == new else ("new" if old is None else "update")
-        staged.append(dict(u, change=change))
+        # edited on the host since the toolkit put it there: said, put back, its instance restarted
+        drifted = change == "update" and unit_drifted(prefix, u["dest"], record)
+        staged.append({k: v for k, v in u.items() if k != "content"} | {"change": change, "drifted": drifted})
         if change != "same" and u.get("instance"):
             unit_changed.add(u["instance"])
+        if change != "same":
+            diff.append({"before_header": u["dest"], "after_header": f"{u['dest']} (this release's unit)",
+                         "before": (old or b"").decode("utf-8", "replace"), "after": new.decode("utf-8", "replace")})
     base = set(names) if restart_all else (set(changed) | unit_changed | set(not_running))
     restart = sorted(base & set(names))
     # an instance of the current release that leaves (removed, or renamed) and whose port an instance
     # being started takes must stop before that one starts; it is started again on revert
     prev = (previous or {}).get("instances") or {}
     new_ports = {}
-    new_manifest = read_manifest(prefix, release_id).get("instances") or {}
+    new_manifest = (manifest or read_manifest(prefix, release_id)).get("instances") or {}
     for n in restart:
         port = instance_address(new_manifest.get(n) or {})[0]
         if port:
@@ -94,7 +106,9 @@ def plan(prefix, release_id, names, units, changed, not_running, restart_all=Fal
         port = instance_address(entry)[0]
         if port in new_ports:
             stop_first.append({"instance": n, "unit": unit_of(n, entry), "port": port, "for": new_ports[port]})
-    return {"restart": restart, "stop_first": stop_first, "units": staged, "remove": list(remove or [])}
+    drifted = [{"dest": u["dest"], "instance": u.get("instance")} for u in staged if u["drifted"]]
+    return {"restart": restart, "stop_first": stop_first, "units": staged, "remove": list(remove or []), "diff": diff,
+            "drifted": drifted}
 
 
 def begin(prefix, release_id, the_plan, backend, host="", controller="", check_mode=False, now=None, boot=None):
@@ -130,7 +144,13 @@ def begin(prefix, release_id, the_plan, backend, host="", controller="", check_m
         journal["units"].append(rec)
     journal["noop"] = not (journal["units"] or journal["restart"] or journal["stop_first"] or journal["remove"]
                            or previous != release_id)
-    if check_mode or journal["noop"]:
+    if check_mode:
+        return journal
+    # the unit files that stay as they are: what the toolkit wants there (a later hand edit is told apart)
+    same = [u["dest"] for u in the_plan["units"] if u["change"] == "same"]
+    if any(unit_drifted(prefix, d) or d not in read_unit_record(prefix) for d in same):
+        record_units(prefix, same)
+    if journal["noop"]:
         return journal  # nothing will change: no journal on the host (an unchanged re-run stays unchanged)
     if journal["units"]:
         os.makedirs(bdir, mode=0o700, exist_ok=True)
@@ -167,6 +187,7 @@ def install(prefix, release_id, backend, check_mode=False, now=None):
     if j["units"]:
         backend.reload()
         backend.enable([os.path.basename(u["dest"]) for u in j["units"]])
+        record_units(prefix, [u["dest"] for u in j["units"]])
     write_journal(prefix, j, "units", now)
     return {"changed": bool(changed), "units": [u["dest"] for u in changed]}
 
@@ -184,7 +205,7 @@ def switch(prefix, release_id, backend, check_mode=False, now=None):
             "previous": j["previous"]}
 
 
-def _remove_instance(item, unit_dir, backend, cache_root="/var/cache/dflash", staged_dir=None):
+def _remove_instance(item, unit_dir, backend, cache_root="/var/cache/dflash", staged_dir=None, prefix=None):
     units = [item["unit"]] + ([f"dflash-stage-{item['instance']}.service"] if item.get("stage_unit") else [])
     backend.stop(units)
     backend.disable(units)
@@ -192,6 +213,8 @@ def _remove_instance(item, unit_dir, backend, cache_root="/var/cache/dflash", st
         for d in (unit_dir, staged_dir):
             if d and os.path.lexists(os.path.join(d, u)):
                 os.unlink(os.path.join(d, u))
+    if unit_dir and prefix:
+        record_units(prefix, [os.path.join(unit_dir, u) for u in units])
     shutil.rmtree(os.path.join(cache_root, item["instance"]), ignore_errors=True)
     return units
 
@@ -206,13 +229,35 @@ def commit(prefix, release_id, backend, unit_dir, check_mode=False, cache_root="
     write_journal(prefix, j, "committing", now)
     gone = []
     for item in j["remove"]:
-        gone += _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"))
+        gone += _remove_instance(item, unit_dir, backend, cache_root, os.path.join(prefix, "units"), prefix)
     if j["remove"]:
         backend.reload()
+        # the instances taken off (not a staging unit an instance that stays no longer needs)
+        remember_removed(prefix, [item["instance"] for item in j["remove"]
+                                  if item["unit"] == f"dflash-{item['instance']}.service"])
     # the unit files as this activation left them live: what the release says they are (status's drift check)
     record_live_units(prefix, release_id, j["units"], gone)
     _drop(prefix)
     return {"changed": True, "removed": removed}
+
+
+REMOVED = "removed-instances.json"
+
+
+def remember_removed(prefix, names) -> None:
+    """The instances removed from this host (``<prefix>/removed-instances.json``): a name still listed in
+    ``dflash_remove_instances`` after its releases were pruned is known, not a typo."""
+    names = sorted(set(names or ()))
+    if not names:
+        return
+    path = os.path.join(prefix, REMOVED)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            known = set(json.load(fh))
+    except (OSError, ValueError, TypeError):
+        known = set()
+    if set(names) - known:
+        write_atomic(path, (json.dumps(sorted(known | set(names))) + "\n").encode(), 0o644)
 
 
 def revert(prefix, backend, check_mode=False, now=None, release_id=None):

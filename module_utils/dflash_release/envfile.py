@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ansible.module_utils.dflash_common.secrets import MASK, SECRET_ENV_NAMES, is_secret_env
 from ansible.module_utils.dflash_release.manifest import ENV_KEY_RE, ReleaseError
 
 
@@ -71,3 +72,47 @@ def parse_env_file(text: str) -> dict:
             value = rest.rstrip()
         env[key] = value
     return env
+
+
+def _secret(key: str) -> bool:
+    return key in SECRET_ENV_NAMES or is_secret_env(key)
+
+
+def masked_env_text(text: str, changed=()) -> str:
+    """An env file as it may be shown (a diff, the play output): the values of API keys and credential
+    variables replaced by a mask (``changed``: those whose value differs from the other side, said so)."""
+    out = []
+    for line in (text or "").splitlines():
+        key, sep, _rest = line.partition("=")
+        if sep and not line.lstrip().startswith(("#", ";")) and _secret(key.strip()):
+            line = f"{key}={MASK}{' (changed)' if key.strip() in changed else ''}"
+        out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def env_changes(old_text: str | None, new_text: str) -> tuple[list, set]:
+    """What changes between two env files, in words (secrets by name only), and the secret variables whose
+    value changes. -> (["env FOO: 1 -> 2", "env +BAR=x", "env -BAZ", "env HF_TOKEN: changed (a secret: not
+    shown)", "flags: -a +b"], {"HF_TOKEN"})"""
+    old = parse_env_file(old_text or "")
+    new = parse_env_file(new_text or "")
+    lines, secrets_changed = [], set()
+    for key in sorted(set(old) | set(new)):
+        if key == "DFLASH_ARGS" or old.get(key) == new.get(key):
+            continue
+        if _secret(key):
+            secrets_changed.add(key)
+            what = "added" if key not in old else ("removed" if key not in new else "changed")
+            lines.append(f"env {key}: {what} (a secret: not shown)")
+        elif key not in old:
+            lines.append(f"env +{key}={new[key]}")
+        elif key not in new:
+            lines.append(f"env -{key}")
+        else:
+            lines.append(f"env {key}: {old[key]} -> {new[key]}")
+    oa, na = (old.get("DFLASH_ARGS") or "").split(), (new.get("DFLASH_ARGS") or "").split()
+    if oa != na:
+        removed = [a for a in oa if a not in na]
+        added = [a for a in na if a not in oa]
+        lines.append("flags: " + (" ".join([f"-{a}" for a in removed] + [f"+{a}" for a in added]) or "reordered"))
+    return lines, secrets_changed

@@ -19,16 +19,23 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
 import sys
+import time as _time
 
 from ansible.module_utils.dflash_service.systemd import Systemd, subprocess_run
 
 SCHEMA = 1
 JOURNAL = "activation.json"
 BACKUPS = "activation"
+# every move of ``current`` (JSON lines {at, from, to, by}): which release was current when a process started
+HISTORY = "current.history"
+HISTORY_KEEP = 500
+# {unit file path: sha256 of what the toolkit last put there}: a unit file that differs was edited on the host
+UNIT_RECORD = "units.installed.json"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 STATES = ("begun", "units", "current", "committing", "reverting", "reverted-at-boot")
 GUARD_UNIT = "dflash-guard.service"
@@ -151,13 +158,67 @@ def current_target(prefix: str) -> str | None:
     return os.path.basename(os.path.normpath(os.readlink(link)))
 
 
-def point_current(prefix: str, release_id: str | None) -> bool:
-    """``current`` -> releases/<id> (atomic rename), or removed for None. True when it changed."""
+def _sha256(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def read_unit_record(prefix: str) -> dict:
+    try:
+        with open(os.path.join(prefix, UNIT_RECORD), encoding="utf-8") as fh:
+            rec = json.load(fh)
+        return rec if isinstance(rec, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def record_units(prefix: str, dests) -> None:
+    """Remember what the unit files ``dests`` hold now (the toolkit just wrote or checked them); a file that is
+    gone is forgotten."""
+    dests = list(dests or [])
+    if not dests or not os.path.isdir(prefix):
+        return
+    rec = read_unit_record(prefix)
+    for d in dests:
+        digest = _sha256(read_bytes(d))
+        if digest is None:
+            rec.pop(d, None)
+        else:
+            rec[d] = digest
+    write_atomic(os.path.join(prefix, UNIT_RECORD), (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+
+
+def unit_drifted(prefix: str, dest: str, record: dict | None = None) -> bool:
+    """Whether the unit file ``dest`` differs from what the toolkit last put there (edited by hand). Unknown (no
+    record yet, e.g. installed by an older version) counts as not."""
+    rec = (record if record is not None else read_unit_record(prefix)).get(dest)
+    live = read_bytes(dest)
+    return rec is not None and live is not None and _sha256(live) != rec
+
+
+def record_switch(prefix: str, old: str | None, new: str | None, by: str, now: float | None = None) -> None:
+    """Append a move of ``current`` to ``<prefix>/current.history`` (the last HISTORY_KEEP kept): recovery reads
+    from it which release was current when a running process started (dflash_release/hoststate.py)."""
+    path = os.path.join(prefix, HISTORY)
+    line = json.dumps({"at": now if now is not None else _time.time(), "from": old, "to": new, "by": by},
+                      sort_keys=True)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        lines = []
+    write_atomic(path, ("\n".join((lines + [line])[-HISTORY_KEEP:]) + "\n").encode(), 0o644)
+
+
+def point_current(prefix: str, release_id: str | None, by: str = "switch") -> bool:
+    """``current`` -> releases/<id> (atomic rename), or removed for None. True when it changed (and recorded in
+    ``current.history``, ``by`` saying what moved it)."""
     link = os.path.join(prefix, "current")
     if release_id is None:
         if os.path.islink(link):
+            old = current_target(prefix)
             os.unlink(link)
             _fsync_dir(prefix)
+            record_switch(prefix, old, None, by)
             return True
         return False
     target = os.path.join("releases", release_id)
@@ -167,12 +228,14 @@ def point_current(prefix: str, release_id: str | None) -> bool:
         return False
     if os.path.exists(link) and not os.path.islink(link):
         raise ActivationError(f"{link} exists and is not a symlink; refusing to replace it")
+    old = current_target(prefix)
     tmp = os.path.join(prefix, f".tmp-current-{os.getpid()}")
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(target, tmp)
     os.replace(tmp, link)
     _fsync_dir(prefix)
+    record_switch(prefix, old, release_id, by)
     return True
 
 
@@ -193,7 +256,7 @@ def _drop(prefix):
     _fsync_dir(prefix)
 
 
-def restore_files(prefix, j, backend):
+def restore_files(prefix, j, backend, by="revert"):
     """Unit files and ``current`` as they were before the journal's activation. -> the units it
     changed back. Idempotent: a second run (interrupted revert) finds nothing left to do."""
     restored = []
@@ -213,10 +276,11 @@ def restore_files(prefix, j, backend):
     if j["units"]:
         backend.reload()
         backend.enable([os.path.basename(u["dest"]) for u in j["units"] if u["existed"] and u["enabled"]])
+        record_units(prefix, [u["dest"] for u in j["units"]])
     prev = j.get("previous")
     if prev and not os.path.isfile(os.path.join(prefix, "releases", prev, "manifest.json")):
         prev = None  # pruned or broken: nothing to point at
-    point_current(prefix, prev)
+    point_current(prefix, prev, by)
     return restored
 
 
@@ -298,7 +362,7 @@ def boot_guard(prefix, backend, boot=None, now=None) -> str:
         return f"{describe(j)}: already reverted at an earlier boot; the next deploy run finishes it"
     if decide(j, release_status(prefix, j["release"])) == "commit":
         return f"{describe(j)}: its release passed the smoke test; left current, the next deploy run commits it"
-    restored = restore_files(prefix, j, backend)
+    restored = restore_files(prefix, j, backend, by="boot-guard")
     write_journal(prefix, j, "reverted-at-boot", now)
     return (f"{describe(j)}: reverted at boot: current -> {current_target(prefix) or 'none'}; unit files put back: "
             f"{', '.join(restored) or 'none'}; the next deploy run restarts, checks and finishes it")

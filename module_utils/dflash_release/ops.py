@@ -3,6 +3,8 @@ the plan for instances absent from the inventory."""
 
 from __future__ import annotations
 
+import datetime as _dt
+import fcntl
 import glob
 import json
 import os
@@ -10,9 +12,11 @@ import re
 import shutil
 
 from ansible.module_utils.dflash_common.secrets import load_salt, salted
-from ansible.module_utils.dflash_release.envfile import render_env_file
+from ansible.module_utils.dflash_release.envfile import env_changes, masked_env_text, render_env_file
+from ansible.module_utils.dflash_release.hoststate import read_manifest_strict
 from ansible.module_utils.dflash_release.journal import current_target as current_id
 from ansible.module_utils.dflash_release.journal import read_bytes
+from ansible.module_utils.dflash_release.journal import record_switch
 from ansible.module_utils.dflash_release.manifest import (
     INSTANCE_NAME_RE,
     MANIFEST,
@@ -63,6 +67,65 @@ def sweep_staging(prefix: str) -> list:
             os.unlink(path)
         gone.append(path)
     return gone
+
+
+def _bytes(path: str) -> int:
+    if os.path.islink(path) or not os.path.isdir(path):
+        try:
+            return os.lstat(path).st_size
+        except OSError:
+            return 0
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _busy(directory: str, lock_name: str) -> bool:
+    """Whether a stage holds its own lock file in ``directory`` (a build in progress there)."""
+    path = os.path.join(directory, lock_name)
+    if not os.path.exists(path):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def sweep_leftovers(prefix: str, dirs=(), unit_dir: str | None = None, check_mode=False) -> dict:
+    """What an interrupted run left behind (run under the host lock, so no other run is writing): the staging
+    directories and temporary files of the release stage (``releases/.tmp-*``, ``.tmp-*`` in a release and under
+    the prefix), of the stages whose directories are ``dirs`` (``<layers>/.tmp-*``, ``<trees>/.tmp-*``: builds,
+    the tree's upload staging, half-pruned directories) and of the unit files (``<unit_dir>/.tmp-dflash-*``).
+    -> {removed: [{path, bytes}], skipped: [why]}; in check mode nothing is removed (what would be)."""
+    found, skipped = [], []
+    patterns = [os.path.join(prefix, ".tmp-*"), os.path.join(prefix, "lock.tmp-*"),
+                os.path.join(releases_dir(prefix), ".tmp-*"), os.path.join(releases_dir(prefix), "*", ".tmp-*"),
+                os.path.join(releases_dir(prefix), "*", "*", ".tmp-*")]
+    for d in dirs or ():
+        if _busy(d, ".dflash-layers.lock"):
+            skipped.append(f"{d}: a layer build holds its lock (left alone)")
+            continue
+        patterns.append(os.path.join(d, ".tmp-*"))
+    if unit_dir:
+        patterns.append(os.path.join(unit_dir, ".tmp-dflash-*"))
+    for path in sorted({p for pat in patterns for p in glob.glob(pat)}):
+        found.append({"path": path, "bytes": _bytes(path)})
+        if check_mode:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
+    return {"removed": found, "skipped": skipped}
 
 
 def drop_world_write(prefix: str) -> list:
@@ -154,6 +217,49 @@ def record_extras(prefix: str, manifest: dict, extras: dict, check_mode=False) -
     return sorted(fill)
 
 
+def _runtime_text(m) -> str:
+    m = m or {}
+    return (f"venv: {m.get('venv')}\ntree: {m.get('tree_path')}\nsglang: {(m.get('tree') or {}).get('sglang_version')}\n"
+            f"fingerprint: {m.get('fingerprint_digest')}\n")
+
+
+def release_changes(prefix, cur, cur_manifest, manifest, env_texts) -> tuple[list, list]:
+    """What switching from ``cur`` to ``manifest`` changes: (lines in words, diffs for Ansible's --diff). The
+    env files are compared as the hosts has them (secret values masked, a changed secret said by name)."""
+    rid = manifest["id"]
+    lines = [ln for ln in diff_manifests(cur_manifest, manifest) if not ln.startswith("instance ")]
+    diff = []
+    if cur_manifest and _runtime_text(cur_manifest) != _runtime_text(manifest):
+        diff.append({"before_header": f"release {cur} (venv, tree, host)", "after_header": f"release {rid}",
+                     "before": _runtime_text(cur_manifest), "after": _runtime_text(manifest)})
+    old_inst = (cur_manifest or {}).get("instances") or {}
+    for name, entry in sorted((manifest.get("instances") or {}).items()):
+        if entry.get("carried") or name not in env_texts:
+            continue
+        old_text = None
+        if name in old_inst:
+            try:
+                with open(os.path.join(releases_dir(prefix), cur, "instances", name + ".env"), encoding="utf-8") as fh:
+                    old_text = fh.read()
+            except OSError:
+                old_text = None
+        words, secrets_changed = env_changes(old_text, env_texts[name])
+        if name not in old_inst:
+            words = ["new"] + words
+        elif old_inst[name].get("digest") != entry.get("digest") and not words:
+            words = ["runtime (venv/tree) changed"]
+        if words:
+            lines.append(f"instance {name}: " + "; ".join(words))
+        if old_text != env_texts[name]:
+            diff.append({"before_header": f"{cur}/instances/{name}.env" if old_text is not None else "(none)",
+                         "after_header": f"{rid}/instances/{name}.env",
+                         "before": masked_env_text(old_text or "", secrets_changed),
+                         "after": masked_env_text(env_texts[name], secrets_changed)})
+    for name in sorted(set(old_inst) - set(manifest.get("instances") or {})):
+        lines.append(f"instance {name}: not in {rid}")
+    return lines, diff
+
+
 def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="host", check_mode=False, now=None,
             secrets=None, remove_absent=False, remove=(), unit_dir=None, units=None, extra_layers=None):
     """Find or create the release for these inputs.  Nothing is activated here.
@@ -213,6 +319,12 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
               "fingerprint": recorded_fingerprint(fingerprint)}
     chash = content_hash(content)
     reuse = find_reusable(manifests, chash)
+    repairs, restart_repaired = [], []
+    if cur and cur_manifest is None:
+        _m, why = read_manifest_strict(prefix, cur)
+        repairs.append(f"current release {cur}: {why or 'its manifest cannot be used'}: it cannot be compared nor "
+                       "reused; the release made from the inventory replaces it (every instance restarts and is "
+                       f"smoke-tested; releases/{cur} is left on disk as it is)")
     result = {"previous": cur if cur_manifest else None, "problems": problems, "repaired": [], "recorded": [],
               "carried": sorted(carried), "remove": absent["remove"], "remove_unknown": absent["unknown"],
               "kept_units": absent["kept_units"], "swept": swept, "world_writable_fixed": len(unwritable)}
@@ -230,11 +342,25 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
             for link, target in (("venv", reuse.get("venv")), ("tree", reuse.get("tree_path"))):
                 if target:
                     set_symlink(os.path.join(path, link), target)
-        result["repaired"] = fix
+        result["repaired"] = [f["path"] for f in fix]
+        for f in fix:
+            what = {"edited": "was edited on the host (it differs from what the release wrote)",
+                    "missing": "was missing", "link": f"did not point at {f.get('target')}"}[f["what"]]
+            if rid == cur:
+                who = [f["instance"]] if f["instance"] else sorted(manifest.get("instances") or {})
+                restart_repaired += [n for n in who if n not in restart_repaired]
+                after = f": put back; {', '.join(who)} restarted and smoke-tested so that what serves is the release's"
+            else:
+                after = ": put back"
+            repairs.append(f"release {rid}: {f['path']} {what}{after if not check_mode else ' (check mode: would be put back)'}")
         result["recorded"] = record_extras(prefix, manifest, extras, check_mode)
     else:
         now = now or utc_now()
         rid = make_release_id(now, chash)
+        while os.path.lexists(os.path.join(releases_dir(prefix), rid)):
+            # a directory of that name without a usable manifest (a broken release, left as it is): the next second
+            now += _dt.timedelta(seconds=1)
+            rid = make_release_id(now, chash)
         manifest = build_manifest(
             content, rid, next_sequence(manifests), iso(now), revision, dirty, result["previous"]
         )
@@ -244,7 +370,12 @@ def prepare(prefix, layers, tree, flags, fingerprint, revision, dirty, host="hos
             write_release(prefix, manifest, env_texts)
     if cur == rid:
         result["previous"] = manifest.get("previous")
+        result["changes"], result["diff"] = [], []
+    else:
+        result["changes"], result["diff"] = release_changes(prefix, cur, cur_manifest, manifest, env_texts)
     result.update(
+        repairs=repairs,
+        restart_repaired=sorted(restart_repaired),
         status=(load_statuses(prefix, [rid]).get(rid) or {}).get("status", "unknown"),
         id=rid,
         path=os.path.join(releases_dir(prefix), rid),
@@ -269,6 +400,7 @@ def activate(prefix: str, release_id: str, check_mode=False) -> dict:
         return {"changed": False, "previous": before, "current": release_id}
     if not check_mode:
         set_symlink(os.path.join(prefix, "current"), os.path.join("releases", release_id))
+        record_switch(prefix, before, release_id, "activate")
     return {"changed": True, "previous": before, "current": release_id}
 
 
@@ -280,6 +412,7 @@ def deactivate(prefix: str, check_mode=False) -> dict:
         return {"changed": False, "previous": None, "current": None}
     if not check_mode:
         os.unlink(link)
+        record_switch(prefix, before, None, "deactivate")
     return {"changed": True, "previous": before, "current": None}
 
 
@@ -328,12 +461,12 @@ def listing(prefix: str) -> dict:
     return {"releases": rows, "current": cur, "problems": problems, "lines": lines}
 
 
-def plan_rollback(prefix: str, rollback_to: str | None = None) -> dict:
+def plan_rollback(prefix: str, rollback_to: str | None = None, healthy_only: bool = False) -> dict:
     manifests, problems = load_releases(prefix)
     by_id = {m["id"]: m for m in manifests}
     cur = current_id(prefix)
     statuses = load_statuses(prefix, list(by_id))
-    target = rollback_target(manifests, statuses, cur, rollback_to)
+    target = rollback_target(manifests, statuses, cur, rollback_to, healthy_only)
     cur_m = by_id.get(cur)
     return {
         "current": cur,

@@ -66,9 +66,10 @@ def referenced_paths(manifests) -> dict:
     return {"layers": sorted(layers), "trees": sorted(trees)}
 
 
-def rollback_target(manifests, statuses: dict, current_id: str | None, rollback_to: str | None = None):
+def rollback_target(manifests, statuses: dict, current_id: str | None, rollback_to: str | None = None,
+                    healthy_only: bool = False):
     """The release to go back to: ``rollback_to`` when given (must exist), else the newest
-    release older than current (by sequence) whose smoke test did not fail."""
+    release older than current (by sequence) whose smoke test did not fail (``healthy_only``: that passed)."""
     by_id = {m["id"]: m for m in manifests}
     if rollback_to:
         if rollback_to not in by_id:
@@ -78,7 +79,9 @@ def rollback_target(manifests, statuses: dict, current_id: str | None, rollback_
     ordered = order_releases(manifests)
     if current_id in by_id:
         ordered = [m for m in ordered if order_key(m) < order_key(by_id[current_id])]
-    candidates = [m for m in ordered if (statuses.get(m["id"]) or {}).get("status") != "failed"]
+    candidates = [m for m in ordered if (statuses.get(m["id"]) or {}).get("status") != "failed"
+                  and (not healthy_only or (statuses.get(m["id"]) or {}).get("status") == "healthy")]
     if not candidates:
-        raise ReleaseError(f"no release to go back to (current: {current_id or 'none'})")
+        raise ReleaseError(f"no {'healthy ' if healthy_only else ''}release to go back to "
+                           f"(current: {current_id or 'none'})")
     return candidates[-1]

@@ -109,21 +109,22 @@ def write_release(prefix: str, manifest: dict, env_texts: dict) -> str:
 
 
 def verify_release_dir(prefix: str, manifest: dict, env_texts: dict) -> list:
-    """Differences between a reused release directory and what it should hold."""
+    """Differences between a reused release directory and what it should hold:
+    [{path, instance (None for a link), what: 'edited' | 'missing' | 'link', target}]."""
     path = os.path.join(releases_dir(prefix), manifest["id"])
     problems = []
-    for name, text in env_texts.items():
+    for name, text in sorted(env_texts.items()):
         p = os.path.join(path, "instances", name + ".env")
         try:
             with open(p, encoding="utf-8") as fh:
                 if fh.read() != text:
-                    problems.append(f"{p}: content differs")
+                    problems.append({"path": p, "instance": name, "what": "edited"})
         except OSError:
-            problems.append(f"{p}: missing")
+            problems.append({"path": p, "instance": name, "what": "missing"})
     for link, target in (("venv", manifest.get("venv")), ("tree", manifest.get("tree_path"))):
         lp = os.path.join(path, link)
         if target and (not os.path.islink(lp) or os.readlink(lp) != target):
-            problems.append(f"{lp}: should point at {target}")
+            problems.append({"path": lp, "instance": None, "what": "link", "target": target})
     return problems
 
 

@@ -50,6 +50,17 @@ def batches(hosts, serial) -> list:
     return out
 
 
+def later_hosts(batch_list, host) -> list:
+    """The hosts of the batches after ``host``'s (those a rollout that stops at ``host`` never reaches)."""
+    out, seen = [], False
+    for batch in batch_list or []:
+        if seen:
+            out += list(batch)
+        elif host in batch:
+            seen = True
+    return out
+
+
 # what the rescue says became of the host: "put back: current -> R; ..." (roles/dflash_release/tasks/
 # revert.yml), or "rolled back to R" (rollback.yml); "none" when a first deploy had nothing to put back
 ROLLED_BACK_RE = re.compile(r"(?:put back: current ->|rolled back to) (\S+?)(?:[;,] | \(|\s|$)")
@@ -78,13 +89,7 @@ def summary(hosts, before, after, failures, batch_list=None, started=None) -> li
             # the head says what failed, the tail what became of the host (put back: current -> ...)
             row["verdict"] = "FAILED: " + (msg if len(msg) <= 400 else f"{msg[:240]} ... {msg[-160:]}")
         elif h in (after or {}):
-            a = after[h] or {}
-            row["after"] = a.get("id")
-            smoked = a.get("smoked") or []
-            if a.get("id") == prev:
-                row["verdict"] = "healthy (unchanged)" if not smoked else f"healthy (restarted {', '.join(smoked)})"
-            else:
-                row["verdict"] = "healthy (new release" + (f", restarted {', '.join(smoked)})" if smoked else ")")
+            row.update(_finished(after[h] or {}, prev))
         elif h in (started or ()):
             row["after"] = None
             row["verdict"] = ("STOPPED during its batch: another host of the batch failed past max_fail_percentage "
@@ -94,6 +99,38 @@ def summary(hosts, before, after, failures, batch_list=None, started=None) -> li
             row["verdict"] = "not deployed: the rollout stopped before this host's batch"
         rows.append(row)
     return rows
+
+
+def _finished(a: dict, prev) -> dict:
+    """The after and verdict columns of a host that went through its batch: a check-mode run changed nothing
+    (what it would do), a release without a passed smoke test is never called healthy, what recovery did first
+    is said."""
+    smoked = a.get("smoked") or []
+    restarted = ", ".join(smoked)
+    rec = a.get("recovered") or {}
+    note = f"; first {rec['msg']}" if rec.get("msg") else ""
+    if a.get("repairs"):
+        note += "; REPAIRED: " + "; ".join(a["repairs"])
+    if a.get("check"):
+        if a.get("id") == prev:
+            what = f"would restart {restarted} of release {a.get('id')}" if smoked else "nothing would change"
+        else:
+            what = (f"would {'create' if a.get('created') else 'switch to'} release {a.get('id')}"
+                    + (f", restart {restarted}" if smoked else ""))
+        return {"after": prev, "verdict": f"check mode, nothing changed: {what}{note}"}
+    if a.get("status") not in (None, "healthy"):
+        return {"after": a.get("id"), "verdict": (
+            f"NOT PROVEN: release {a.get('id')} has no passed smoke test (status {a.get('status')})"
+            + (f"; restarted {restarted}" if smoked else "") + note)}
+    if a.get("id") == prev:
+        verdict = f"healthy (restarted {restarted})" if smoked else "healthy (unchanged)"
+    else:
+        verdict = "healthy (new release" + (f", restarted {restarted})" if smoked else ")")
+    if rec.get("msg") and not smoked and a.get("id") == prev:
+        verdict = f"healthy (smoke-tested on recovery: {rec['msg']})" + note[len(f"; first {rec['msg']}"):]
+    elif note:
+        verdict += note
+    return {"after": a.get("id"), "verdict": verdict}
 
 
 def summary_lines(rows) -> list:

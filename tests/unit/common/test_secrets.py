@@ -91,17 +91,19 @@ def test_manifest_masks_credential_env_that_reached_the_flags():
 
 
 def launch(tmp_path, env, *args):
+    """What the server started by the launcher sees (written to a file: its output is masked)."""
     script = tmp_path / "server.py"
     script.write_text(
         "import json, os, sys\n"
         "cmdline = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
-        "print(json.dumps({'argv': sys.argv, 'cmdline': [c.decode() for c in cmdline if c],\n"
-        "                  'env': sorted(k for k in os.environ if k.startswith('DFLASH'))}))\n")
+        f"open({str(tmp_path / 'seen.json')!r}, 'w').write(json.dumps(\n"
+        "    {'argv': sys.argv, 'cmdline': [c.decode() for c in cmdline if c],\n"
+        "     'env': sorted(k for k in os.environ if k.startswith('DFLASH'))}))\n")
     full = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH")}
     full.update(env)
-    p = subprocess.run([sys.executable, str(LAUNCH), str(script), *args], env=full, capture_output=True, text=True,
-                       check=True)
-    return json.loads(p.stdout)
+    subprocess.run([sys.executable, str(LAUNCH), str(script), *args], env=full, capture_output=True, text=True,
+                   check=True)
+    return json.loads((tmp_path / "seen.json").read_text())
 
 
 def test_launcher_adds_the_keys_in_process_only(tmp_path):
@@ -115,13 +117,19 @@ def test_launcher_without_keys_changes_nothing(tmp_path):
     assert launch(tmp_path, {}, "--port", "1")["argv"][1:] == ["--port", "1"]
 
 
-def test_launcher_masks_server_args_repr():
-    import dataclasses
+def load_launcher():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("dflash_launch", LAUNCH)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_launcher_masks_server_args_repr():
+    import dataclasses
+
+    mod = load_launcher()
 
     @dataclasses.dataclass
     class ServerArgs:
@@ -132,6 +140,66 @@ def test_launcher_masks_server_args_repr():
     assert repr(ServerArgs()).endswith("ServerArgs(model_path='/m', api_key='********')")
     env = {"DFLASH_API_KEY": KEY}
     assert mod.take_keys(env) == [("--api-key", KEY)] and env == {}
+
+
+def real_server_args_line(key, admin):
+    """sglang 0.5.11's own start-up line of the H200 run (gpu-harness/records/2026-11-30-e2e2, 11.5 kB, one
+    line), with keys where that run had none: what sglang logs for --api-key/--admin-api-key."""
+    from gpu_records import record_text
+
+    line = next(ln for ln in record_text("2026-11-30-e2e2", "server-startup.log").splitlines()
+                if "server_args=ServerArgs(" in ln)
+    assert "api_key=None, admin_api_key=None" in line
+    return line.replace("api_key=None, admin_api_key=None", f"api_key={key!r}, admin_api_key={admin!r}")
+
+
+WRAPPER = """\
+import logging, os, subprocess, sys, time
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+line = open(sys.argv[1]).read()
+# what sglang does at start (engine.py logger.info(f"{server_args=}")), from a wrapper script, not -m sglang
+logging.getLogger("sglang").info(line)
+# the same line written in two pieces cut inside the key, with a pause between them (a slow writer)
+cut = line.index("api_key=") + 12
+sys.stdout.write(line[:cut]); sys.stdout.flush(); time.sleep(0.3)
+sys.stdout.write(line[cut:] + "\\n"); sys.stdout.flush()
+# a child of the server (sglang's scheduler, detokenizer) inherits the masked outputs
+subprocess.run([sys.executable, "-c", "import os; print('child sees', os.environ.get('HF_TOKEN'))"], check=True)
+print("token in the env:", os.environ["HF_TOKEN"], "json:", '{"k": "%s"}' % os.environ["HF_TOKEN"])
+print("ready")
+"""
+
+
+def test_launcher_masks_every_secret_in_the_real_server_args_line_whatever_the_entry(tmp_path):
+    admin = "adm-" + KEY[::-1]
+    line = real_server_args_line(KEY, admin)
+    (tmp_path / "line.txt").write_text(line)
+    (tmp_path / "wrapper.py").write_text(WRAPPER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH")}
+    env.update(DFLASH_API_KEY=KEY, DFLASH_ADMIN_API_KEY=admin, HF_TOKEN="hf_launcherTEST9f8e7d")
+    p = subprocess.run([sys.executable, str(LAUNCH), str(tmp_path / "wrapper.py"), str(tmp_path / "line.txt")],
+                       env=env, capture_output=True, text=True, timeout=60, check=True)
+    out = p.stdout + p.stderr
+    for secret in (KEY, admin, "hf_launcherTEST9f8e7d"):
+        assert secret not in out
+    masked = line.replace(repr(KEY), "'********'").replace(repr(admin), "'********'")
+    assert p.stderr.splitlines()[0] == masked  # logging's line: the real format, only the keys masked
+    assert masked in p.stdout.splitlines()  # the line written in two pieces, joined and masked
+    assert "child sees ********" in p.stdout
+    assert 'token in the env: ******** json: {"k": "********"}' in p.stdout
+    assert p.stdout.rstrip().endswith("ready")
+
+
+def test_launcher_without_secrets_forks_no_filter(tmp_path):
+    mod = load_launcher()
+    assert mod.mask_output([]) is None
+    assert mod.secret_values([], {"NCCL_DEBUG": "INFO", "HF_TOKEN": "x"}) == []  # too short to mask
+    assert mod.secret_values([("--api-key", KEY)], {"WANDB_API_KEY": "wandb-123456", "TOKENIZERS_PARALLELISM": "false"}) \
+        == sorted([KEY, "wandb-123456"])
+    forms = mod.forms_of(['a"b\\c-secret'])
+    assert b'a"b\\c-secret' in forms and b'a\\"b\\\\c-secret' in forms  # as is and as JSON writes it
+    assert mod.held_tail(b"text sk-un", mod.forms_of([KEY])) == 5
+    assert mod.held_tail(b"text\n", mod.forms_of([KEY])) == 0
 
 
 # --------------------------------------------------------------------------- the stand-in asks, the smoke client sends

@@ -180,7 +180,15 @@ def test_wide_bind_without_a_key_is_a_warning_not_an_error():
     ("/dev/shm/link", "/home/me/models/q", "resolves to /home/me/models/q through a symlink on the host"),
     ("/srv/m", "/proc/1", "is in /proc, a system directory"),
     ("/dev/sda", None, "is in /dev, a system directory"),
-    ("/dev/shm", None, "is in /dev, a system directory"),
+    ("/dev/shm", None, "/dev/shm is /dev/shm itself, a directory many things share: a model needs a directory of"),
+    # the home directories themselves, however spelt (the issue's /dev/shm/../../root), and shared roots
+    ("/dev/shm/../../root", None, ("(it resolves to /root) is the home directory of root: a model needs a directory "
+                                  "of its own, outside home directories")),
+    ("/dev/shm/../../home/", None, "(it resolves to /home) is /home, where the users' directories live"),
+    ("/data/models", "/root", "(it resolves to /root through a symlink on the host) is the home directory of root"),
+    ("/run/user", None, "is /run/user, where the users' directories live"),
+    ("/srv/./", None, "(it resolves to /srv) is /srv itself, a directory many things share"),
+    ("/usr/local", None, "is /usr/local itself, a directory many things share"),
     ("/opt/dflash/current", None, "is in /opt/dflash, the toolkit's own directory"),
     ("/srv/../", None, "is the root directory"),
 ])
@@ -189,6 +197,35 @@ def test_model_paths_resolved(path, real, words):
                                       path: {"exists": True, "isdir": True, "tmpfs": False, "realpath": real}}}
     errs = validate([good(model_path=path)], facts=facts, prefix="/opt/dflash")
     assert words in one(errs, "model_path")
+
+
+def test_home_directories_refused_even_where_homes_may_be_read():
+    # dflash_instances_protect_home: false lets models live under a home, never be one
+    homes = [{"user": "root", "uid": 0, "home": "/root"}, {"user": "alice", "uid": 1001, "home": "/srv/alice"}]
+    for path, real, words, protect in [
+        ("/root", None, "is the home directory of root", False),
+        ("/srv/alice/../alice", None, "(it resolves to /srv/alice) is the home directory of alice", False),
+        ("/srv/alice/models/q", None, ("is in the home directory of alice (/srv/alice): a model needs a directory of "
+                                      "its own outside users' homes"), True),
+    ]:
+        facts = {**CT200_FACTS, "homes": homes,
+                 "paths": {**CT200_FACTS["paths"], path: {"exists": True, "isdir": True, "tmpfs": False, "realpath": real}}}
+        errs = validate([good(model_path=path)], facts=facts, prefix="/opt/dflash", protect_home=protect)
+        assert words in one(errs, "model_path"), (path, errs)
+    facts = {**CT200_FACTS, "homes": homes, "paths": {**CT200_FACTS["paths"], "/srv/alice/models/q": {
+        "exists": True, "isdir": True, "tmpfs": False, "realpath": "/srv/alice/models/q"}}}
+    assert validate([good(model_path="/srv/alice/models/q")], facts=facts, prefix="/opt/dflash",
+                    protect_home=False) == []
+
+
+@pytest.mark.parametrize(("path", "words"), [
+    ("~/models/q", "'~/models/q' starts with '~' (/root, /models/q): nothing expands it in the unit's $DFLASH_ARGS"),
+    ("~alice/q", "'~alice/q' starts with '~' (the home directory of alice): nothing expands it"),
+])
+def test_paths_spelt_with_a_tilde(path, words):
+    errs = validate([good(model_path=path)], prefix="/opt/dflash")
+    assert words in one(errs, "model_path")
+    assert "give the absolute path of a directory of its own outside /home, /root and /run/user" in one(errs, "model_path")
 
 
 def test_staged_model_must_resolve_into_tmpfs():
@@ -264,6 +301,60 @@ def test_removal_settings():
     assert "'dflash_instances_remove_stale' is no longer used" in ie([good()], ["dflash_instances_remove_stale"])[0]
 
 
+def test_null_lists_are_refused_naming_the_field():
+    # what the filter hands over for `dflash_instances:` and `dflash_remove_instances:` with nothing after them
+    from test_filters import load_plugin
+    f = load_plugin("dflash_instances").FilterModule().filters()["dflash_inventory_errors"]
+    errs = f(None, "ct200", {"dflash_instances": None, "dflash_remove_instances": None, "inventory_hostname": "ct200"})
+    assert errs == [
+        ("ct200: field 'dflash_instances': is null (the line 'dflash_instances:' has nothing after it): give the list "
+        "of instances this host serves, or leave the line out; nothing is changed on the host while it is empty. "
+        "To take every instance off the host, list them in dflash_remove_instances"),
+        ("ct200: field 'dflash_remove_instances': is null (the line 'dflash_remove_instances:' has nothing after it): "
+        "give a list of instance names to remove, or leave the line out")]
+    # not set at all: the older message, with its typo hint
+    assert f(None, "ct200", {"dflash_instnaces": []})[0].startswith(
+        "ct200: dflash_instances is empty or not set (the inventory sets 'dflash_instnaces'")
+
+
+HOST = {"units": ["dflash-guard.service", "dflash-keep.service", "dflash-new.service", "dflash-stage-new.service"],
+        "current": {"id": "r2", "instances": {"keep": {}, "new": {}}}, "released": ["keep", "new", "old"]}
+
+
+def test_unknown_names_to_remove_are_refused_naming_them_and_the_known_ones():
+    assert inv.known_instances(HOST) == ["keep", "new", "old"]
+    errs = inv.remove_errors("ct200", ["a-misspelt-name", "old", "nwe"], [good()], HOST)
+    assert errs == [("ct200: field 'dflash_remove_instances': 'a-misspelt-name', 'nwe' are not instances this host has "
+                    "or had (its instances: keep, new; in earlier releases: old): a misspelt name removes nothing; "
+                    "correct it or take it out of the list")]
+    # a name already removed, one another host of the run has (a group's list), one in dflash_instances (refused
+    # elsewhere) are no typos
+    assert inv.remove_errors("ct200", ["old", "w9", "dflash-gpu1"], [good()], HOST, known_elsewhere=["w9"]) == []
+    assert "'x' is not an instance this host has or had (its instances: none)" in inv.remove_errors(
+        "ct200", ["x"], [], {})[0]
+
+
+def test_the_host_facts_know_every_release_and_the_login_homes(tmp_path):
+    import json
+    import pwd
+
+    from ansible.module_utils.dflash_instances import host as hh
+    for rid, names in (("r1", ["old", "keep"]), ("r2", ["new", "keep"])):
+        (tmp_path / "releases" / rid).mkdir(parents=True)
+        (tmp_path / "releases" / rid / "manifest.json").write_text(json.dumps({"id": rid, "instances": {n: {} for n in names}}))
+    (tmp_path / "releases" / "r3").mkdir()
+    (tmp_path / "releases" / "r3" / "manifest.json").write_text('{"id": "r3", "inst')  # cut short: skipped
+    assert hh.released_instances(str(tmp_path)) == ["keep", "new", "old"]
+    (tmp_path / "removed-instances.json").write_text('["gone"]')  # removed, its releases pruned since
+    assert hh.released_instances(str(tmp_path)) == ["gone", "keep", "new", "old"]
+    pw = [pwd.struct_passwd(x) for x in (("root", "x", 0, 0, "", "/root", "/bin/bash"),
+                                         ("daemon", "x", 1, 1, "", "/usr/sbin", "/usr/sbin/nologin"),
+                                         ("alice", "x", 1001, 1001, "", "/srv/alice/", "/bin/bash"),
+                                         ("nobody", "x", 65534, 65534, "", "/nonexistent", "/usr/sbin/nologin"))]
+    assert hh.login_homes(pw) == [{"user": "root", "uid": 0, "home": "/root"},
+                                  {"user": "alice", "uid": 1001, "home": "/srv/alice"}]
+
+
 @pytest.mark.parametrize(("settings", "words"), [
     ({"dflash_prefix": "opt/dflash"}, "field 'dflash_prefix': must be an absolute path"),
     ({"dflash_prefix": "/opt/../etc/dflash"}, "resolves to /etc/dflash, a system directory"),
@@ -281,13 +372,37 @@ def test_shared_settings(settings, words):
 
 
 def test_full_disk_before_any_change():
-    facts = [{"path": "/opt/dflash", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100},
-             {"path": "/var/cache", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100},
-             {"path": "/root/.ansible/tmp", "mount": "/root", "free_mib": 9000, "total_mib": 9000, "free_inodes": 0}]
+    facts = [{"path": "/opt/dflash", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100,
+              "what": "releases and the toolkit's files"},
+             {"path": "/var/cache/dflash", "mount": "/", "free_mib": 12, "total_mib": 20000, "free_inodes": 100,
+              "what": "the instances' caches"},
+             {"path": "/root/.ansible/tmp", "mount": "/root", "free_mib": 9000, "total_mib": 9000, "free_inodes": 0},
+             {"path": "/data/uv", "mount": "/data", "free_mib": 300, "total_mib": 9000, "free_inodes": 10,
+              "what": "uv's cache (the layer builds)"}]
     errs = dsk.space_errors(facts, "ct200", 1024)
-    assert errs[0].startswith("ct200: disk: /opt/dflash is on / with 12 MiB free of 20000 MiB; a deploy needs at "
-                              "least 1024 MiB there")
-    assert "no free inode" in errs[1] and len(errs) == 2
+    # the cause first, every directory of that filesystem and what the deploy writes there
+    assert errs[0] == ("ct200: no space left on /opt/dflash, /var/cache/dflash: need 1024 MiB, have 12 MiB free on / "
+                       "(of 20000 MiB) (written there: /opt/dflash: releases and the toolkit's files; /var/cache/dflash: "
+                       "the instances' caches): free space on / and re-run (the limit is dflash_min_free_mib)")
+    assert errs[1].startswith("ct200: no inode left on /root/.ansible/tmp: /root has no free inode")
+    assert errs[2].startswith("ct200: no space left on /data/uv: need 1024 MiB, have 300 MiB free on /data (of 9000 "
+                              "MiB) (written there: /data/uv: uv's cache (the layer builds))")
+    assert len(errs) == 3
+
+
+def test_uv_cache_found_as_uv_finds_it():
+    assert dsk.uv_cache_dir("/opt/dflash/cache/uv", {"UV_CACHE_DIR": "/x"}) == "/opt/dflash/cache/uv"
+    assert dsk.uv_cache_dir("", {"UV_CACHE_DIR": "/x", "XDG_CACHE_HOME": "/y"}) == "/x"
+    assert dsk.uv_cache_dir(None, {"XDG_CACHE_HOME": "/y"}) == "/y/uv"
+    assert dsk.uv_cache_dir(None, {}, home="/root") == "/root/.cache/uv"
+
+
+def test_a_full_disk_under_a_tool_is_said_first(tmp_path):
+    out = "error: Failed to install: torch-2.9.1.whl\n  Caused by: No space left on device (os error 28) at path \"/x\""
+    head = dsk.no_space_headline(out, [(str(tmp_path / "cache"), "uv's cache"), (str(tmp_path), "the layer")])
+    assert head.startswith(f"no space left on {tmp_path / 'cache'} (uv's cache): have ")
+    assert " MiB free of " in head
+    assert dsk.no_space_headline("error: no matching distribution", [(str(tmp_path), "x")]) is None
 
 
 def test_enospc_in_words(tmp_path):

@@ -601,3 +601,24 @@ def test_a_uv_option_is_one_row_prerelease():
         "--no-index", "--find-links", "/w", "--index-strategy", "unsafe-best-match", "--prerelease", "if-necessary"]
     target = {"python_version": "3.12", "arch": "x86_64", "glibc": "2.36"}
     assert WH.wheelhouse_key(plain, target) != WH.wheelhouse_key(pre, target)
+
+
+def test_a_full_disk_under_uv_is_the_headline_with_the_fullest_directory(tmp_path):
+    """uv's own words for a full cache (tests/fixtures/layers/uv-0.13.9-cache-full.txt, real uv 0.13.9 on a full
+    tmpfs): the failure says first that there is no space, where (uv's cache: the directory the build passes as
+    UV_CACHE_DIR) and how much is free, then what failed and uv's output."""
+    err = (FIXTURES / "uv-0.13.9-cache-full.txt").read_text()
+    cache = tmp_path / "cache" / "uv"
+    b = L.LayerBuilder(str(tmp_path / "opt"), "/usr/bin/uv", runner=lambda argv, env, timeout: (1, "", err),
+                       cache_dir=str(cache))
+    with pytest.raises(L.LayerError) as exc:
+        b._uv(["pip", "install", "x.whl"], {"name": "overlay", "env": {}}, "uv pip install")
+    msg = str(exc.value)
+    assert msg.startswith(f"layer overlay: no space left on {cache} (uv's cache): have ")
+    assert " MiB free of " in msg.splitlines()[0]
+    assert ": uv pip install failed (rc 1): /usr/bin/uv pip install x.whl" in msg.splitlines()[0]
+    assert msg.rstrip().endswith("No space left on device (os error 28)")
+    # another failure keeps its own words first
+    b2 = L.LayerBuilder(str(tmp_path), "/usr/bin/uv", runner=lambda argv, env, timeout: (2, "", "error: No solution"))
+    with pytest.raises(L.LayerError, match=r"^layer overlay: uv pip install failed \(rc 2\)"):
+        b2._uv(["pip", "install"], {"name": "overlay", "env": {}}, "uv pip install")

@@ -123,6 +123,9 @@ def test_full_transaction_then_commit(host):
     assert units["dflash-new.service"] == {
         "path": str(host["units"] / "dflash-new.service"), "instance": "new",
         "sha256": hashlib.sha256(b"[Service]\nExecStart=/bin/new v2\n").hexdigest()}
+    # remembered: a dflash_remove_instances that still names it after its releases are pruned is no typo
+    with open(os.path.join(host["prefix"], activation.REMOVED), encoding="utf-8") as fh:
+        assert json.load(fh) == ["old"]
 
 
 def test_revert_after_switch_puts_back_exactly_what_was(host):

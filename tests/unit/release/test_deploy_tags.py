@@ -22,7 +22,8 @@ CONFIGURE = ["Derive each instance's flags", "Take the instances that will resta
              "Create or find the release", "Record the release and verdict"]
 ROUTER = ["Build, start and check the router"]
 METRICS = ["Render the file_sd targets"]
-ALWAYS = ["Check that the host answers", "Gather facts", "Finish or revert an activation"]
+# (--list-tasks lists no rescue/always task: the lock's release is not among them)
+ALWAYS = ["Check that the host answers", "Gather facts", "Take the host lock", "Finish or revert an activation"]
 SMOKE_DRAIN = "Take the instances out of the router before the smoke test restarts them"
 SMOKE_UNDRAIN = "Put the restarted instances back into the router"
 
@@ -59,33 +60,34 @@ def test_each_phase_selects_its_stages(tags, selected, skipped):
         assert name not in out, (tags, name)
 
 
-def includes(node):
-    """Every include_role task of a play's task list, blocks and their rescue/always included."""
+def includes(node, inherited=()):
+    """(include_role task, tags it runs under) of a play's task list, blocks and their rescue/always included;
+    a task without tags of its own has those of the nearest block around it that has some."""
     for task in node or []:
+        tags = task.get("tags") or list(inherited)
         if "ansible.builtin.include_role" in task:
-            yield task
+            yield task, tags
         for part in ("block", "rescue", "always"):
-            yield from includes(task.get(part))
+            yield from includes(task.get(part), tags)
 
 
 def test_every_role_include_applies_its_tags_to_the_role_tasks():
     plays = yaml.safe_load((ROOT / "deploy.yml").read_text())
     seen = 0
     for play in plays:
-        for block in play.get("tasks") or []:
-            own = block.get("tags") or []
-            for task in includes([block]):
-                seen += 1
-                applied = ((task["ansible.builtin.include_role"].get("apply") or {}).get("tags")) or []
-                wanted = set(task.get("tags") or own) - {"never"}
-                assert wanted, f"untagged role include: {task['name']}"
-                assert set(applied) == wanted, f"{task['name']}: apply tags {applied} != {sorted(wanted)}"
+        for task, tags in includes(play.get("tasks")):
+            seen += 1
+            applied = ((task["ansible.builtin.include_role"].get("apply") or {}).get("tags")) or []
+            wanted = set(tags) - {"never"}
+            assert wanted, f"untagged role include: {task['name']}"
+            assert set(applied) == wanted, f"{task['name']}: apply tags {applied} != {sorted(wanted)}"
     assert seen >= 14
 
 
 def test_the_smoke_tests_undrain_is_tagged_smoke():
     plays = yaml.safe_load((ROOT / "deploy.yml").read_text())
-    smoke = next(t for t in plays[1]["tasks"] if t["name"].startswith("Smoke-test the current release on demand"))
+    tasks = [t for top in plays[1]["tasks"] for t in [top, *(top.get("block") or [])]]
+    smoke = next(t for t in tasks if t["name"].startswith("Smoke-test the current release on demand"))
     assert smoke["tags"] == ["never", "smoke"]
     undrain = smoke["always"][0]
     assert undrain["name"].startswith(SMOKE_UNDRAIN) and undrain["when"] == "__dflash_smoke_restart"

@@ -81,3 +81,42 @@ def test_ansible_temp_dirs_of_an_earlier_boot(tmp_path):
     assert new.exists() and other.exists()
     assert journal.sweep_before_boot(str(tmp_path), None) == []
     assert journal.boot_time() is None or journal.boot_time() < time.time()
+
+
+def test_what_an_interrupted_run_left_is_swept_and_said_with_its_size(tmp_path):
+    import fcntl
+
+    prefix, units = tmp_path / "opt", tmp_path / "units"
+    layers, trees = prefix / "layers", prefix / "trees"
+    stage = trees / ".tmp-stage-k2j3h4-dflash-tree"  # the tree stage's upload of the sglang wheel
+    stage.mkdir(parents=True)
+    (stage / "sglang-0.5.11-cp312-cp312-manylinux_2_34_x86_64.whl").write_bytes(b"w" * 7000)
+    (trees / ".tmp-sglang-0.5.11-abc-x1y2").mkdir()  # a tree build killed half-way
+    (trees / "sglang-0.5.11-abc").mkdir()  # a finished tree: kept
+    (layers / ".tmp-overlay-8c1f0e2a9b3d-5e6f7a8b" / "bin").mkdir(parents=True)
+    (layers / ".tmp-overlay-8c1f0e2a9b3d-5e6f7a8b" / "bin" / "python").write_bytes(b"p" * 300)
+    (prefix / "releases" / ".tmp-20260101T000000-aaaaaaaa").mkdir(parents=True)
+    (prefix / "releases" / "r1" / "instances").mkdir(parents=True)
+    (prefix / "releases" / "r1" / "instances" / ".tmp-a.env-123").write_text("x")
+    (prefix / ".tmp-activation.json-99").write_text("{}")
+    units.mkdir()
+    (units / ".tmp-dflash-a.service-77").write_text("[Unit]\n")
+    (units / "dflash-a.service").write_text("[Unit]\n")
+    seen = ops.sweep_leftovers(str(prefix), [str(layers), str(trees)], str(units), check_mode=True)
+    sizes = {os.path.relpath(r["path"], tmp_path): r["bytes"] for r in seen["removed"]}
+    assert sizes == {"opt/.tmp-activation.json-99": 2, "opt/releases/.tmp-20260101T000000-aaaaaaaa": 0,
+                     "opt/releases/r1/instances/.tmp-a.env-123": 1, "opt/trees/.tmp-stage-k2j3h4-dflash-tree": 7000,
+                     "opt/trees/.tmp-sglang-0.5.11-abc-x1y2": 0, "opt/layers/.tmp-overlay-8c1f0e2a9b3d-5e6f7a8b": 300,
+                     "units/.tmp-dflash-a.service-77": 7}
+    assert stage.exists()  # check mode: said, not removed
+    # a layer build holding its lock: its directory is left alone
+    with open(layers / ".dflash-layers.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        busy = ops.sweep_leftovers(str(prefix), [str(layers), str(trees)], str(units))
+    assert busy["skipped"] == [f"{layers}: a layer build holds its lock (left alone)"]
+    assert (layers / ".tmp-overlay-8c1f0e2a9b3d-5e6f7a8b").exists() and not stage.exists()
+    assert ops.sweep_leftovers(str(prefix), [str(layers), str(trees)], str(units))["removed"][0]["path"].endswith(
+        ".tmp-overlay-8c1f0e2a9b3d-5e6f7a8b")
+    left = sorted(os.path.relpath(os.path.join(r, n), tmp_path) for r, ds, fs in os.walk(tmp_path) for n in ds + fs
+                  if n.startswith(".tmp-"))
+    assert left == [] and (trees / "sglang-0.5.11-abc").is_dir() and (units / "dflash-a.service").exists()

@@ -44,6 +44,41 @@ def test_summary_rows():
     assert len(lines) == 6
 
 
+def test_summary_never_calls_an_untested_or_uncreated_release_healthy():
+    rec = {"release": "R2", "smoked": ["w"], "verdict": "healthy", "why": "never smoke-tested",
+           "msg": "current R2 (never smoke-tested) restarted and smoke-tested: w"}
+    rows = ro.summary(
+        ["chk", "chk2", "untested", "recovered", "recovered2"],
+        before={"chk": "R1", "chk2": "R1", "untested": "R2", "recovered": "R2", "recovered2": "R2"},
+        after={"chk": {"id": "R9", "smoked": ["w"], "check": True, "created": True, "status": "unknown"},
+               "chk2": {"id": "R1", "smoked": [], "check": True, "status": "healthy"},
+               "untested": {"id": "R2", "smoked": [], "status": "unknown"},
+               "recovered": {"id": "R2", "smoked": [], "status": "healthy", "recovered": rec},
+               "recovered2": {"id": "R3", "smoked": ["w"], "status": "healthy", "recovered": rec}},
+        failures={}, batch_list=[["chk", "chk2", "untested", "recovered", "recovered2"]])
+    by = {r["host"]: r for r in rows}
+    # --check: the release does not exist; the host is where it was
+    assert by["chk"]["after"] == "R1"
+    assert by["chk"]["verdict"] == "check mode, nothing changed: would create release R9, restart w"
+    assert by["chk2"]["verdict"] == "check mode, nothing changed: nothing would change"
+    assert by["untested"]["verdict"] == "NOT PROVEN: release R2 has no passed smoke test (status unknown)"
+    assert by["recovered"]["verdict"] == ("healthy (smoke-tested on recovery: current R2 (never smoke-tested) "
+                                          "restarted and smoke-tested: w)")
+    assert by["recovered2"]["verdict"] == ("healthy (new release, restarted w); first current R2 (never "
+                                           "smoke-tested) restarted and smoke-tested: w")
+    fixed = ro.summary(["a"], {"a": "R1"}, {"a": {"id": "R1", "smoked": ["w"], "status": "healthy", "repairs": [
+        "unit file /etc/systemd/system/dflash-w.service was edited on the host (...): put back"]}}, {})
+    assert fixed[0]["verdict"] == ("healthy (restarted w); REPAIRED: unit file /etc/systemd/system/dflash-w.service "
+                                   "was edited on the host (...): put back")
+
+
+def test_later_hosts_let_go_of_their_lock_when_a_batch_fails():
+    assert ro.later_hosts([["a"], ["b", "c"], ["d"]], "a") == ["b", "c", "d"]
+    assert ro.later_hosts([["a"], ["b", "c"], ["d"]], "c") == ["d"]
+    assert ro.later_hosts([["a"], ["b", "c"], ["d"]], "d") == []
+    assert ro.later_hosts([], "a") == []
+
+
 def test_summary_host_stopped_mid_batch():
     rows = ro.summary(["a", "b"], {"a": "R1", "b": "R1"}, {}, {"a": "boom"}, [["a", "b"]], started={"a", "b"})
     assert rows[1]["verdict"].startswith("STOPPED during its batch")
