@@ -74,3 +74,25 @@ def test_the_guard_asks_for_one_instance_of_one_host_and_moves_nothing_that_hold
     assert "guard: ct200/main: no live accept length or no release figure to compare it with" in said
     assert "nothing deployed" in said and "moved from" not in said
     assert snapshot(h["prefix"], h["unit_dir"]) == before
+
+
+def test_status_says_which_run_holds_the_host_lock_and_takes_nothing(tmp_path):
+    from ansible.module_utils.dflash_common import hostlock
+
+    h = deploy(tmp_path)
+    free = run(tmp_path, h, "-e", f"status_json={tmp_path / 'free.json'}")
+    assert json.loads((tmp_path / "free.json").read_text())["hosts"]["ct200"]["lock"]["holder"] is None, free.stdout
+    # another controller's deploy holds the host (a fresh heartbeat: not stale)
+    other = {"run_id": "r-other", "controller": "ctl-b", "controller_id": "m-b", "controller_boot": "b-2",
+             "user": "bob", "pid": 4242, "pid_start": "1", "playbook": "deploy.yml", "play": "Roll out",
+             "purpose": "deploy"}
+    assert hostlock.acquire(h["prefix"], other, stale_after=1800)["acquired"]
+    record = (hostlock.lock_path(h["prefix"]))
+    with open(record, encoding="utf-8") as fh:
+        before = fh.read()
+    out = run(tmp_path, h, "-e", f"status_json={tmp_path / 'held.json'}")
+    assert "run r-other of bob@ctl-b" in out.stdout, out.stdout[-3000:]
+    lock = json.loads((tmp_path / "held.json").read_text())["hosts"]["ct200"]["lock"]
+    assert lock["holder"]["run_id"] == "r-other" and "bob@ctl-b" in lock["msg"] and lock["stale"] is None
+    with open(record, encoding="utf-8") as fh:
+        assert fh.read() == before  # read, not taken nor refreshed
