@@ -16,10 +16,11 @@ import yaml
 
 sys.dont_write_bytecode = True
 repo = Path(__file__).resolve().parents[2]
-import ansible.module_utils  # noqa: E402
+import ansible.module_utils
+
 ansible.module_utils.__path__.append(str(repo / "module_utils"))
-from ansible.module_utils.dflash_diagnose.engine import diagnose_file  # noqa: E402
-from ansible.module_utils.dflash_release.gates_judge import judge_reply  # noqa: E402
+from ansible.module_utils.dflash_diagnose.engine import diagnose_file
+from ansible.module_utils.dflash_release.gates_judge import judge_reply
 
 ROOT = Path(__file__).resolve().parent
 idx = yaml.safe_load((ROOT / "logs" / "index.yml").read_text())["logs"]
