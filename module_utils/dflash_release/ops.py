@@ -15,8 +15,7 @@ from ansible.module_utils.dflash_common.secrets import load_salt, salted
 from ansible.module_utils.dflash_release.envfile import env_changes, masked_env_text, render_env_file
 from ansible.module_utils.dflash_release.hoststate import read_manifest_strict
 from ansible.module_utils.dflash_release.journal import current_target as current_id
-from ansible.module_utils.dflash_release.journal import read_bytes
-from ansible.module_utils.dflash_release.journal import record_switch
+from ansible.module_utils.dflash_release.journal import read_bytes, record_switch
 from ansible.module_utils.dflash_release.manifest import (
     INSTANCE_NAME_RE,
     MANIFEST,
