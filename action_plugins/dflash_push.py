@@ -44,10 +44,7 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg=f"{host}: dflash_push: {src!r} is not a file on the controller")
         what = str(args.get("what") or os.path.basename(src))
         size = os.path.getsize(src)
-        try:
-            interval = float(args.get("progress_interval", 30) or 0)
-        except (TypeError, ValueError):
-            interval = 30.0
+        interval = progress.interval_arg(args)
         if self._task.check_mode:
             return dict(result, changed=True, bytes=size, msg=f"would push {progress.human_bytes(size)}")
         tmpdir = self._make_tmp_path()

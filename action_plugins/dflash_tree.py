@@ -32,19 +32,10 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
-        try:
-            interval = float(args.pop("progress_interval", 30) or 0)
-        except (TypeError, ValueError):
-            interval = 30.0
-        wrap_async = self._task.async_val and not self._connection.has_native_async
-        if args.get("action") != "build" or self._task.check_mode or wrap_async or interval <= 0:
-            out = self._execute_module(module_name="dflash_tree", module_args=args, task_vars=task_vars,
-                                       wrap_async=wrap_async)
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
-            return merge_hash(result, out)
+        interval = progress.interval_arg(args, pop=True)
         host = (task_vars or {}).get("inventory_hostname", "")
-        progress_file = os.path.join(str(args["trees_dir"]), f".progress-{secrets.token_hex(6)}.json")
-        out = progress.run_module_with_progress(self, "dflash_tree", args, task_vars, progress_file, interval, 3600,
-                                                "sglang tree", lambda text: display.display(f"{host}: {text}"))
+        out = progress.run_build(
+            self, "dflash_tree", args, task_vars,
+            lambda: os.path.join(str(args["trees_dir"]), f".progress-{secrets.token_hex(6)}.json"),
+            interval, 3600, "sglang tree", lambda text: display.display(f"{host}: {text}"), "build")
         return merge_hash(result, out)

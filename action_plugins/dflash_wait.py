@@ -30,6 +30,7 @@ _MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 if _MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MODULE_UTILS)
 
+from ansible.module_utils.dflash_common import progress
 from ansible.module_utils.dflash_release.gates_judge import judge_gate
 from ansible.module_utils.dflash_release.smoke import FIBONACCI_PROMPT
 
@@ -45,18 +46,14 @@ class ActionModule(ActionBase):
         del tmp
         args = dict(self._task.args)
         wrap_async = self._task.async_val and not self._connection.has_native_async
-        try:
-            interval = float(args.get("progress_interval", 20) or 0)
-        except (TypeError, ValueError):
-            interval = 0.0  # the module reports the bad value
+        interval = progress.interval_arg(args, 20, bad=0.0)  # a bad value: the module reports it
         judging = (_truthy(args.get("smoke")) and not wrap_async and not self._task.check_mode
                    and args.get("judged") is None and not args.get("chunk_seconds"))
         mark = args.get("mark", False)
         if judging:
             args["mark"] = False  # marked healthy by the judged call, once the judge passed too
         if wrap_async or self._task.check_mode or interval <= 0 or args.get("chunk_seconds"):
-            out = self._execute_module(module_name="dflash_wait", module_args=args, task_vars=task_vars,
-                                       wrap_async=wrap_async)
+            out = progress.run_module_once(self, "dflash_wait", args, task_vars, wrap_async)
         else:
             host = (task_vars or {}).get("inventory_hostname", "")
             args["chunk_seconds"] = interval

@@ -244,3 +244,35 @@ def run_module_with_progress(action, module_name, args, task_vars, progress_file
                 "stderr_lines", "erased"):
         res.pop(key, None)
     return res
+
+
+def interval_arg(args: dict, default: float = 30.0, pop: bool = False, bad: float | None = None) -> float:
+    """An action's ``progress_interval`` (seconds; 0 or less: no progress lines), taken out of ``args`` with
+    ``pop`` (a module that does not know the option); a value that is not a number gives ``bad`` (default: the
+    default, where the module does not check it)."""
+    value = args.pop("progress_interval", default) if pop else args.get("progress_interval", default)
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return default if bad is None else bad
+
+
+def run_module_once(action, module_name, args, task_vars, wrap_async=False) -> dict:
+    """The generic action's way: the module once (async wrapped when ``wrap_async``), its temporary directory
+    removed unless an async job still needs it."""
+    out = action._execute_module(module_name=module_name, module_args=args, task_vars=task_vars, wrap_async=wrap_async)
+    if not wrap_async:
+        action._remove_tmp_path(action._connection._shell.tmpdir)
+    return out
+
+
+def run_build(action, module_name, args, task_vars, progress_file, interval, limit, what, say, build_action,
+              default_action=None) -> dict:
+    """An action plugin's run of a module whose ``build_action`` can take long (layers ensure, tree build): with
+    progress lines (run_module_with_progress, the record in ``progress_file()``) when the task's ``action`` (or
+    ``default_action``) is that one, not in check mode, not the user's own async task and ``interval`` > 0;
+    otherwise the module once."""
+    wrap_async = action._task.async_val and not action._connection.has_native_async
+    if args.get("action", default_action) != build_action or action._task.check_mode or wrap_async or interval <= 0:
+        return run_module_once(action, module_name, args, task_vars, wrap_async)
+    return run_module_with_progress(action, module_name, args, task_vars, progress_file(), interval, limit, what, say)
