@@ -20,6 +20,17 @@ import zlib
 
 from ansible.module_utils.dflash_bench.palette import styles
 
+
+def label_grid(ax, topks, budgets, title):
+    """A DDTREE budget x top-k heat map's axes: top-k across, budget down, one tick per value."""
+    ax.set_xticks(range(len(topks)))
+    ax.set_xticklabels([str(k) for k in topks])
+    ax.set_yticks(range(len(budgets)))
+    ax.set_yticklabels([str(b) for b in budgets])
+    ax.set_xlabel("top-k")
+    ax.set_ylabel("budget")
+    ax.set_title(title, fontsize=9)
+
 STANDIN_STAMP = "STAND-IN FIGURES - the server says it is not SGLang: they test the plumbing, not a model"
 DUMMY_STAMP = "DUMMY WEIGHTS (--load-format dummy): acceptance and speed of random weights, not of the model"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -155,13 +166,7 @@ def heatmap_chart(rows, path, standin=False, dummy=False):
                 v = vals[bi][ki]
                 light = not math.isnan(v) and hi > lo and (v - lo) / (hi - lo) > 0.6  # viridis: yellow at the top
                 ax.text(ki, bi, text, ha="center", va="center", color="black" if light else "white", fontsize=8)
-        ax.set_xticks(range(len(topks)))
-        ax.set_xticklabels([str(k) for k in topks])
-        ax.set_yticks(range(len(budgets)))
-        ax.set_yticklabels([str(b) for b in budgets])
-        ax.set_xlabel("top-k")
-        ax.set_ylabel("budget")
-        ax.set_title(f"DDTREE tok/s: {wl}, c{level}", fontsize=9)
+        label_grid(ax, topks, budgets, f"DDTREE tok/s: {wl}, c{level}")
         series.append(f"{wl} c{level}")
     for idx in range(len(panels), nrows * cols):
         axes[idx // cols][idx % cols].axis("off")

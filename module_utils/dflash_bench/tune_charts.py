@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 
-from ansible.module_utils.dflash_bench.charts import DUMMY_STAMP, STANDIN_STAMP
+from ansible.module_utils.dflash_bench.charts import DUMMY_STAMP, STANDIN_STAMP, label_grid
 from ansible.module_utils.dflash_bench.palette import styles
 
 
@@ -95,11 +95,16 @@ def _load(load):
     return f"c{int(load['value'])}" if load["kind"] == "concurrency" else f"{float(load['value']):g} req/s"
 
 
+def _series(cells, kind):
+    """{config: its cells of this load kind (rate: open loop, concurrency: closed), in load order}; none empty."""
+    out = {c: sorted((x for x in v if x["load"]["kind"] == kind), key=lambda x: x["load"]["value"])
+           for c, v in cells.items()}
+    return {c: v for c, v in out.items() if v}
+
+
 def curves_chart(cells, path, objective, standin=False, dummy=False, sty=None):
     """``cells``: {config: [{load, stats}]} (open-loop cells drawn). None without any open-loop cell."""
-    series = {c: sorted((x for x in v if x["load"]["kind"] == "rate"), key=lambda x: x["load"]["value"])
-              for c, v in cells.items()}
-    series = {c: v for c, v in series.items() if v}
+    series = _series(cells, "rate")
     if not series:
         return None
     plt = _plt()
@@ -165,9 +170,7 @@ def curves_chart(cells, path, objective, standin=False, dummy=False, sty=None):
 
 
 def closed_chart(cells, path, standin=False, dummy=False, sty=None):
-    series = {c: sorted((x for x in v if x["load"]["kind"] == "concurrency"), key=lambda x: x["load"]["value"])
-              for c, v in cells.items()}
-    series = {c: v for c, v in series.items() if v}
+    series = _series(cells, "concurrency")
     if not series:
         return None
     plt = _plt()
@@ -304,13 +307,7 @@ def heatmap_chart(entries, path, standin=False, dummy=False):
                 ax.text(ki, bi, f"{m:.3g}\n[{_num(c['ci'].get('low'))}, {_num(c['ci'].get('high'))}]\n"
                                 f"n={c['ci']['n']}", ha="center", va="center", fontsize=7,
                         color="black" if light else "white")
-        ax.set_xticks(range(len(topks)))
-        ax.set_xticklabels([str(k) for k in topks])
-        ax.set_yticks(range(len(budgets)))
-        ax.set_yticklabels([str(b) for b in budgets])
-        ax.set_xlabel("top-k")
-        ax.set_ylabel("budget")
-        ax.set_title(f"DDTREE {mode}, attention: {backend}", fontsize=9)
+        label_grid(ax, topks, budgets, f"DDTREE {mode}, attention: {backend}")
     fig.colorbar(im, ax=list(axes[0]), fraction=0.046, label="goodput (req/s), one scale for every panel")
     fig.suptitle("DDTREE budget x top-k: the deciding goodput, mean [95% interval], n rounds", fontsize=10,
                  y=_top(standin, dummy) - 0.01)

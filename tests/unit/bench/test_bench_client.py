@@ -2,32 +2,14 @@
 /generate, per-request acceptance, the agentic workload's growing conversation and prefix reuse,
 bounds, failures; and the cell figures against numpy's percentiles."""
 
-import subprocess
-import sys
 import time
-import urllib.request
 
 import numpy as np
 import pytest
 from ansible.module_utils.dflash_bench import client as cl
 from ansible.module_utils.dflash_bench import stats as st
 from ansible.module_utils.dflash_bench import workloads as wl
-from test_standin import STANDIN, free_port
-
-
-def start_standin(*flags, env=None):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", "/m", "--host", "127.0.0.1", "--port",
-                             str(port), "--enable-metrics", *flags], stderr=subprocess.DEVNULL, env=env)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
-                return proc, url
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("stand-in did not start")
+from test_standin import free_port, start_standin
 
 
 @pytest.fixture(scope="module")

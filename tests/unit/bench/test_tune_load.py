@@ -5,16 +5,12 @@ the server's acceptance, against the lab stand-in with known speeds."""
 import itertools
 import json
 import os
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 from ansible.module_utils.dflash_bench import openloop as ol
 from ansible.module_utils.dflash_bench import prompts as pr
 from scipy import stats
-from test_standin import STANDIN, free_port
+from test_standin import start_standin
 
 # ------------------------------------------------------------------ prompts
 
@@ -93,20 +89,9 @@ SPEEDS = {"NONE": {"tok_s": 400}, "DDTREE": {"tok_s": 800, "accept": 5}, "noise"
 
 
 def start(*flags):
-    port = free_port()
     env = dict(os.environ, DFLASH_STANDIN_SPEEDS=json.dumps(SPEEDS), DFLASH_STANDIN_HEALTH_DELAY="0")
     env.pop("DFLASH_STANDIN_FAULT", None)
-    proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", "/m", "--host", "127.0.0.1", "--port",
-                             str(port), "--enable-metrics", *flags], stderr=subprocess.DEVNULL, env=env)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
-                return proc, url
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("stand-in did not start")
+    return start_standin(*flags, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_standin(*flags, env=None, tries=200):
+    """The stand-in as a process on a free loopback port (--enable-metrics and ``flags``), once /health answers:
+    (process, base URL). Used by the bench tests too."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", "/m", "--host", "127.0.0.1", "--port",
+                             str(port), "--enable-metrics", *flags], stderr=subprocess.DEVNULL, env=env)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(tries):
+        try:
+            if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
+                return proc, url
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("stand-in did not start")
+
+
 def http(method, url, body=None, timeout=5.0, headers=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
