@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run `make <part>` for each argument, print each part's wall time, and a summary at the end.
 # An argument of parts joined by '+' (e.g. lint+unit) runs them side by side: each writes its output to
-# .molecule/logs/timed-<part>.log, printed once all of them have ended (two CPU-bound parts share two cores).
+# .molecule/logs/timed-<part>.log, printed once all of them have ended.
 # Every part runs even when an earlier one failed; the exit status is 1 if any part failed.
 set -uo pipefail
 
