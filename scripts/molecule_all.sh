@@ -11,10 +11,11 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=${MOLECULE_JOBS:-2}
 if (($# == 0)); then
-  # the longest first, so that the pool ends together
+  # the longest first (their times in CI, longest to shortest), so that the pool ends together; a new scenario last
   mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done)
-  set -- $(for s in fleet bench release faults; do [[ " ${all[*]} " == *" $s "* ]] && echo "$s"; done) \
-    $(for s in "${all[@]}"; do [[ " fleet bench release faults " == *" $s "* ]] || echo "$s"; done)
+  order="fleet faults default tune versions release layers bench"
+  set -- $(for s in $order; do [[ " ${all[*]} " == *" $s "* ]] && echo "$s"; done) \
+    $(for s in "${all[@]}"; do [[ " $order " == *" $s "* ]] || echo "$s"; done)
 fi
 mkdir -p .molecule/logs
 
