@@ -63,7 +63,7 @@ lint: controller
 unit: controller promtool ## the test files spread over the cores (pytest-xdist; PYTEST_WORKERS=1: one process; UNIT_NICE=n: at nice n)
 	$(if $(UNIT_NICE),nice -n $(UNIT_NICE)) pytest -q $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(or $(PYTEST_WORKERS),auto) --dist loadfile)
 
-molecule: controller lab-image ## every scenario under molecule/ (or SCENARIOS=...), MOLECULE_JOBS (default 2) at a time; all run, fails if one failed
+molecule: controller lab-image ## every scenario under molecule/ (or SCENARIOS=...), MOLECULE_JOBS (default 3) at a time; all run, fails if one failed
 	@scripts/molecule_all.sh $(SCENARIOS)
 
 # make test: the three side by side. Molecule's scenarios wait on containers and servers part of the time (about a
