@@ -20,6 +20,17 @@ def test_a_real_sglang_exposition():
                    "token_usage": 0.0, "generation_tokens": 392.0, "idle": True}
 
 
+def test_a_running_request_or_throughput_is_not_idle():
+    # the same exposition with one request running, then with throughput only: never idle (the guard reads an idle
+    # instance's accept length as the last batch's, not as a collapse)
+    lines = REAL.read_text().splitlines()
+    running = "\n".join(ln[:-3] + "1.0" if ln.startswith("sglang:num_running_reqs{") else ln for ln in lines) + "\n"
+    assert live_figures(running)["running"] == 1.0 and live_figures(running)["idle"] is False
+    busy = "\n".join(ln.rsplit(" ", 1)[0] + " 250.0" if ln.startswith("sglang:gen_throughput{") else ln
+                      for ln in lines) + "\n"
+    assert live_figures(busy)["tokens_per_s"] == 250.0 and live_figures(busy)["idle"] is False
+
+
 def test_the_lines_status_keeps_read_the_same():
     text = REAL.read_text()
     kept = "\n".join(ln for ln in text.splitlines()
