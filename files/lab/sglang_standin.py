@@ -14,7 +14,8 @@ endpoints the smoke tests use with the shapes of sglang 0.5.11, deterministicall
   GET  /metrics                       Prometheus text with sglang 0.5.11's metric names and labels,
                                       only with --enable-metrics (404 without it, as sglang); values
                                       follow what the stand-in does: num_running_reqs counts the
-                                      requests being answered right now, gen_throughput is their
+                                      requests being answered right now, num_queue_reqs those waiting
+                                      for a slot (DFLASH_STANDIN_SPEEDS), gen_throughput is their
                                       decode speed (0 when idle), token_usage their tokens over the
                                       KV capacity, spec_accept_length/_rate those of the last request
                                       (chat too), token and request counters, time-to-first-token /
@@ -568,6 +569,7 @@ class State:
         self.lock = threading.Lock()
         self.counter = 0
         self.inflight = 0
+        self.queued = 0  # of the inflight: waiting for a decode slot (DFLASH_STANDIN_SPEEDS' slots)
         self.ready = threading.Event()  # multi-node: every rank joined (set at once for one node)
         if int(args.get("nnodes") or 1) <= 1:
             self.ready.set()
@@ -712,10 +714,10 @@ class State:
         model = f'engine_type="unified",model_name="{a["served_model_name"]}"'
         labels = model + ',moe_ep_rank="0",pp_rank="0",tp_rank="0"'
         with self.lock:
-            running, used = self.inflight, self.used_tokens
+            running, queued, used = self.inflight - self.queued, self.queued, self.used_tokens
         rows = [
             ("sglang:num_running_reqs", "gauge", "The number of running requests.", running),
-            ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
+            ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", queued),
             ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", running * self.tokens_per_s),
             ("sglang:token_usage", "gauge", "The token usage.", round(min(1.0, used / KV_CAPACITY), 2)),
             ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0),
@@ -1014,7 +1016,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("connection", "close")
         self.end_headers()
         if st.slots:
+            with st.lock:
+                st.queued += 1
             st.slots.acquire()  # a full batch: the request waits, its first token comes later
+            with st.lock:
+                st.queued -= 1
         try:
             self._stream_steps(out, meta, pieces, total, steps, delay, per_token)
         finally:

@@ -74,28 +74,51 @@ def fast_and_slow():
         s.stop()
 
 
+def paced_at(wall: float, tokens: int, tok_s: float) -> bool:
+    """A stream of `tokens` at `tok_s` (2% noise) takes at least its decode time (sleeps never end early)
+    and not many times more: the upper bound leaves room for a loaded machine's scheduling (the unit tests
+    run beside Molecule in CI), the lower bound is the profile's pacing itself."""
+    need = tokens / tok_s
+    return 0.9 * need <= wall <= 4 * need + 0.5
+
+
 def test_streamed_speed_and_acceptance_follow_the_profile(fast_and_slow):
     dd, none = fast_and_slow
     _, wall, chunks, meta = stream(dd.base, 120)
     assert meta["completion_tokens"] == 120 and chunks == meta["spec_verify_ct"]
     assert meta["spec_accept_length"] == pytest.approx(6, rel=0.25)
     assert sum(meta["spec_accept_histogram"]) == meta["spec_verify_ct"]
-    assert wall == pytest.approx(120 / 800, rel=0.5)  # 800 tok/s, 2% noise, scheduling slack
+    assert paced_at(wall, 120, 800), wall  # DDTREE/15/8: 800 tok/s
     _, wall, chunks, meta = stream(none.base, 40)
-    assert chunks == 40 and "spec_verify_ct" not in meta and wall == pytest.approx(40 / 400, rel=0.5)
+    assert chunks == 40 and "spec_verify_ct" not in meta
+    assert paced_at(wall, 40, 400), wall  # NONE: 400 tok/s
+
+
+def queue_gauge(base) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("sglang:num_queue_reqs{"))
 
 
 def test_requests_past_the_slots_wait(fast_and_slow):
     _, none = fast_and_slow
-    out = []
-    threads = [threading.Thread(target=lambda: out.append(stream(none.base, 40))) for _ in range(4)]
+    out, seen = [], set()
+    threads = [threading.Thread(target=lambda: out.append(stream(none.base, 200))) for _ in range(4)]
     for t in threads:
         t.start()
+    while any(t.is_alive() for t in threads):
+        seen.add(queue_gauge(none.base))  # the server's own queue gauge, as sglang's /metrics has it
+        time.sleep(0.02)
     for t in threads:
         t.join(30)
     ttfts = sorted(o[0] for o in out)
-    # 2 slots: two start at once, two wait for a request to end (40 tokens at 400 tok/s: 0.1 s)
-    assert ttfts[1] < 0.05 and ttfts[2] > 0.07
+    # 2 slots: two start at once, two wait in the queue for a request to end (200 tokens at 400 tok/s: 0.5 s)
+    assert len(out) == 4 and 2.0 in seen and max(seen) == 2.0, seen
+    assert ttfts[2] > 0.25 and ttfts[3] > 0.25, ttfts
+    assert queue_gauge(none.base) == 0.0
 
 
 def test_a_bad_profile_stops_the_server_with_the_reason():
