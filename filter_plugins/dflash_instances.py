@@ -245,6 +245,13 @@ def dflash_instances_unit_files(instances, staged_dir, unit_dir):
     return _di_host.unit_files(_plain(instances), str(staged_dir), str(unit_dir))
 
 
+def dflash_instances_toolkit_files(units, prefix, unit_dir, service_manager, instances, module_utils_dir,
+                                   guard_unit=""):
+    """{directories, files, absent} for dflash_files: launcher, boot guard (systemd), the rendered units."""
+    return _di_host.toolkit_files(str(prefix), str(unit_dir), str(service_manager) == "systemd", _plain(instances),
+                                  _plain(units), str(module_utils_dir), str(guard_unit))
+
+
 def dflash_instances_public(instances):
     """The instances without their secrets (API keys dropped, credential env values masked): what
     loops, module parameters and messages may carry."""
@@ -268,6 +275,7 @@ class FilterModule:
             "dflash_instances_flags": dflash_instances_flags,
             "dflash_instances_report": dflash_instances_report,
             "dflash_instances_unit_files": dflash_instances_unit_files,
+            "dflash_instances_toolkit_files": dflash_instances_toolkit_files,
             "dflash_instances_unresolved": dflash_instances_unresolved,
             "dflash_inventory_placeholders": dflash_inventory_placeholders,
             "dflash_instances_public": dflash_instances_public,

@@ -297,3 +297,37 @@ def unit_files(instances, staged_dir, unit_dir):
         out += [{"instance": name, "src": os.path.join(staged_dir, u), "dest": os.path.join(unit_dir, u)}
                 for u in units]
     return out
+
+
+# The boot guard (roles/dflash_instances): journal.py and the systemd backend, stdlib only, under
+# <prefix>/libexec/guard/ansible/module_utils/ (the name they import each other by) with empty package files, and
+# its entry point; run by the host's python3 without Ansible.
+GUARD_PACKAGES = ("ansible", "ansible/module_utils", "ansible/module_utils/dflash_release",
+                  "ansible/module_utils/dflash_service")
+GUARD_CODE = ("dflash_release/journal.py", "dflash_service/systemd.py")
+
+
+def toolkit_files(prefix, unit_dir, systemd, instances, units, module_utils_dir, guard_unit=""):
+    """{directories, files, absent} of dflash_files: the toolkit's libexec (dflash-launch; dflash-stage-model when
+    an instance stages its model), the boot guard and its unit (``systemd`` hosts), the rendered ``units``
+    ([{src, content}]: written to src, put live by the release stage) and the single-file guard of earlier
+    versions, removed. File sources are the role's files/ (relative) or ``module_utils_dir``'s."""
+    prefix = os.path.normpath(str(prefix))
+    unit_dir = os.path.normpath(str(unit_dir))
+    libexec = f"{prefix}/libexec"
+    dirs = [libexec, unit_dir]
+    files = [{"dest": f"{libexec}/dflash-launch", "src": "dflash-launch.py", "mode": "0755"}]
+    if any(i.get("model_source") for i in instances or []):
+        files.append({"dest": f"{libexec}/dflash-stage-model", "src": "dflash-stage-model.py", "mode": "0755"})
+    if systemd:
+        guard = f"{libexec}/guard"
+        dirs += [f"{guard}/{p}" for p in GUARD_PACKAGES]
+        files += [{"dest": f"{guard}/{p}/__init__.py", "content": ""} for p in GUARD_PACKAGES]
+        files += [{"dest": f"{guard}/ansible/module_utils/{c}", "src": os.path.join(str(module_utils_dir), c)}
+                  for c in GUARD_CODE]
+        files += [{"dest": f"{guard}/dflash-guard", "src": "dflash-guard.py", "mode": "0755"},
+                  {"dest": f"{unit_dir}/dflash-guard.service", "content": str(guard_unit)}]
+    dirs.append(f"{prefix}/units")
+    files += [{"dest": os.path.normpath(str(u["src"])), "content": str(u["content"])} for u in units or []]
+    return {"directories": [{"path": d} for d in dirs], "files": files,
+            "absent": [f"{libexec}/dflash_activation.py"]}

@@ -1,33 +1,35 @@
-"""The boot guard as roles/dflash_instances/tasks/guard.yml installs it: journal.py and the systemd backend under
+"""The boot guard as the instances stage installs it (roles/dflash_instances/tasks/units.yml, the file list of
+module_utils/dflash_instances/host.toolkit_files): journal.py and the systemd backend under
 <prefix>/libexec/guard/ansible/module_utils/, run by the host's python3 without Ansible (python -S: no site-packages,
 so no ansible-core to import)."""
 
-import shutil
+import grp
+import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
+from ansible.module_utils.dflash_common.files import install
+from ansible.module_utils.dflash_instances.host import GUARD_CODE, toolkit_files
 
 ROOT = Path(__file__).resolve().parents[3]
-GUARD_TASKS = yaml.safe_load((ROOT / "roles" / "dflash_instances" / "tasks" / "guard.yml").read_text())
-
-
-def _loop(name_start):
-    return next(t["loop"] for t in GUARD_TASKS if t["name"].startswith(name_start))
 
 
 def install_guard(libexec: Path) -> Path:
-    """What guard.yml's tasks install, done here with the same lists."""
-    guard = libexec / "guard"
-    for d in _loop("Create the boot guard's directories"):
-        (guard / d).mkdir(parents=True, exist_ok=True)
-    for d in _loop("Install the boot guard's package files"):
-        (guard / d / "__init__.py").write_text("")
-    for f in _loop("Install the boot guard's code"):
-        shutil.copy(ROOT / "module_utils" / f, guard / "ansible" / "module_utils" / f)
-    shutil.copy(ROOT / "roles" / "dflash_instances" / "files" / "dflash-guard.py", guard / "dflash-guard")
-    return guard / "dflash-guard"
+    """What the instances stage installs under libexec/guard/ (its file list, the role's sources), put in place by
+    the dflash_files logic it runs on the host."""
+    me, my_group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    want = toolkit_files(libexec.parent, libexec.parent / "systemd", True, [], [], ROOT / "module_utils", "[Unit]\n")
+    files = []
+    for f in want["files"]:
+        if "/guard/" in f["dest"]:
+            src = f.get("src")
+            data = (Path(src) if src and Path(src).is_absolute()
+                    else ROOT / "roles" / "dflash_instances" / "files" / str(src)).read_bytes() if src else b""
+            files.append(dict(f, content=data, owner=me, group=my_group))
+    install([dict(d, owner=me, group=my_group) for d in want["directories"] if "/guard" in d["path"]], files)
+    return libexec / "guard" / "dflash-guard"
 
 
 def test_the_installed_guard_runs_without_ansible(tmp_path):
@@ -46,9 +48,9 @@ def test_the_installed_guard_runs_without_ansible(tmp_path):
 
 def test_the_guard_code_imports_nothing_else_of_the_toolkit():
     """journal.py and systemd.py are all the guard ships: neither may import another file of the toolkit."""
-    for f in _loop("Install the boot guard's code"):
+    for f in GUARD_CODE:
         text = (ROOT / "module_utils" / f).read_text()
         others = [ln for ln in text.splitlines() if ln.startswith(("from ansible", "import ansible"))
                   and not any(ln.startswith(f"from ansible.module_utils.{g[:-3].replace('/', '.')} import")
-                              for g in _loop("Install the boot guard's code"))]
+                              for g in GUARD_CODE)]
         assert others == [], (f, others)
