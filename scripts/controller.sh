@@ -38,12 +38,26 @@ if ! command -v uv >/dev/null 2>&1; then
   export PATH="$HOME/.local/bin:$PATH"
 fi
 
+# Bytecode for the venv and the toolkit's controller-side code, written once here. Where PYTHONDONTWRITEBYTECODE is
+# set (CI images often set it) Python would otherwise compile every module it imports, each time: ansible-playbook
+# forks a worker for each task and host, and each worker imports the filter plugins (and what they import) afresh.
+# Measured on the lab deploy of one host with nothing to change: 35 s of controller CPU without, 15 s with
+# (py-spy: half the time was compiling). An edited file is recompiled in memory until this runs again, never stale.
+compile_bytecode() {
+  local site
+  site="$("$repo/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  # rc 1 when a file does not compile (a few packages ship Python 2 examples): nothing to do about those
+  "$repo/.venv/bin/python" -m compileall -q -j 0 "$site" "$repo/module_utils" "$repo/filter_plugins" \
+    "$repo/action_plugins" "$repo/callback_plugins" "$repo/lab/plugins" "$repo/.ansible/collections" >/dev/null 2>&1 || true
+}
+
 profile="${1:-dev}"
 case "$profile" in
   deploy)
     # the project's dependencies only: no test tooling, no torch, no triton, no collections (the production
     # roles use ansible.builtin only; containers.podman is the lab's)
     uv sync --frozen --no-dev --quiet
+    compile_bytecode
     echo "controller (deploy only): $repo/.venv; run: source .venv/bin/activate; ansible-playbook ..."
     exit 0 ;;
   dev) ;;
@@ -64,3 +78,4 @@ if [ "$torch_req" != none ] && ! "$repo/.venv/bin/python" -c "import torch" >/de
   fi
 fi
 "$repo/scripts/install-collections.sh"
+compile_bytecode

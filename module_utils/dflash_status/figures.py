@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import math
 
-from prometheus_client.parser import text_string_to_metric_families
-
 # figure -> (series name, how the series of one instance combine)
 FIGURES = {
     "accept_length": ("sglang:spec_accept_length", max),
@@ -29,6 +27,10 @@ FIGURES = {
 def samples(text: str) -> dict:
     """{series name: [values]} of a Prometheus text exposition (counters under their ``_total`` sample name)."""
     out = {}
+    # imported here: this file is loaded with the status filters, which ansible-playbook's workers import for
+    # every task that templates a filter; only the status and guard plays parse metrics
+    from prometheus_client.parser import text_string_to_metric_families
+
     for family in text_string_to_metric_families(text or ""):
         for s in family.samples:
             if isinstance(s.value, int | float) and math.isfinite(s.value):
