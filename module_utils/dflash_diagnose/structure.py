@@ -102,7 +102,40 @@ def raised(lines: list[_Line]) -> list[Raised]:
             expect_source = False
         if am and not _assert_follows(lines, ln.index):
             out.append(Raised("AssertionError", am.group("msg").strip(), ln, list(frames), implied=True))
+    for r in out:
+        if not r.frames:
+            r.frames = _context_frames(lines, r.line.index)
     return out
+
+
+# Short excerpts (an issue's two lines, a summary a reporter typed) drop the traceback but keep what it said: the
+# statement that failed, printed just above the exception ("track_index = req.kv.mamba_..."), and a condensed stack
+# below it ("set_x (schedule_batch.py)" / "<- prepare_y <- worker.verify"). Both are read as frames of that
+# exception, so the class + frames rows decide the same way on the excerpt as on the full traceback.
+_PSEUDO_FRAME_RE = re.compile(r"^(?:<-\s*)?(?P<func>[A-Za-z_][\w.]*)(?:\s*\((?P<file>[\w./-]+\.py)\))?"
+                              r"(?:\s*<-\s*[A-Za-z_][\w.]*)*\s*$")
+_STATEMENT_RE = re.compile(r"^[A-Za-z_][\w.\[\]]*\s*=\s*\S|^(?:return|raise|assert)\b|^[A-Za-z_][\w.]*\(.*\)\s*$")
+
+
+def _context_frames(lines: list[_Line], index: int) -> list[Frame]:
+    """Frames of an exception printed without its traceback: the statement above it, a condensed stack below."""
+    frames: list[Frame] = []
+    if index > 0:
+        prev = lines[index - 1].text.strip()
+        if _STATEMENT_RE.search(prev) and not _EXC_RE.match(prev):
+            frames.append(Frame("", "<statement>", prev))
+    below: list[Frame] = []
+    for ln in lines[index + 1: index + 4]:
+        text = ln.text.strip()
+        m = _PSEUDO_FRAME_RE.match(text) if text and ("<-" in text or ".py)" in text) else None
+        if not m:
+            break
+        for part in [p.strip() for p in text.split("<-") if p.strip()]:
+            pm = _PSEUDO_FRAME_RE.match(part)
+            if pm:
+                below.append(Frame(pm.group("file") or "", pm.group("func")))
+    # the condensed stack lists the innermost call first; frames run outermost first
+    return list(reversed(below)) + frames
 
 
 def _assert_follows(lines: list[_Line], index: int) -> bool:
@@ -150,6 +183,16 @@ STRUCT_RULES = [
          "the server's argument checks refused the options: {exc_s} (raised in {where})",
          "{options_hint}change the instance's flags so the combination the message names is gone (extra_args / "
          "pin_flags, or the fallback rule that added one of them: dflash_flags shows which rule added which flag)"),
+    Rule("hybrid_state_unallocated", "incompatible_options", 56, _NEVER,
+         ("the server used hybrid (Mamba) state that was never allocated, outside speculative decoding: {exc_s}, in "
+          "{where}; a Mamba scheduling / radix-cache option armed for a model without Mamba state does this"),
+         ("drop the Mamba options from the instance's flags (`--mamba-radix-cache-strategy`, "
+          "`--mamba-scheduler-strategy extra_buffer`) unless the model really is a hybrid (Mamba / linear-attention) "
+          "one; on a hybrid model it is a server bug: use a release that fixes {func}")),
+    Rule("arch_support_assert", "gpu_arch_refused", 63, _NEVER,
+         ("{arch_subject} refused this GPU{arch_here_s}: the assertion {check_stmt!r} in {where} failed (a support "
+          "check of the GPU generation)"),
+         "{arch_fix}"),
     Rule("capture_frames", "cuda_graph_capture", 43, _NEVER,
          "capturing CUDA graphs failed at start-up (not for memory): {exc_s}, raised in {where}",
          "start once with `--disable-cuda-graph` (vLLM: `--enforce-eager`) to confirm it is the capture (expect a "
@@ -164,18 +207,37 @@ def _frames_match(frames: list[Frame], rx: re.Pattern) -> Frame | None:
     return next((f for f in reversed(frames) if rx.search(f.path) or rx.search(f.func)), None)
 
 
+# an assert on a support check of the GPU / kernel generation ("assert is_fa_version_supported(self.fa_version)")
+_SUPPORT_CHECK_RX = re.compile(r"\bassert\b.*\b(?:is_\w*_supported|\w*supports?_(?:fa|flash|arch|sm|fp8|bf16)\w*"
+                               r"|\w*(?:arch|capability|sm)\w*\s*(?:>=|==|in\b))", re.IGNORECASE)
+_NONE_RX = re.compile(r"'NoneType' object|\bNoneType\b|\bNone\b")
+
+
+def _source_text(r: Raised) -> str:
+    return " ".join(f.source for f in r.frames if f.source)
+
+
 def classify(r: Raised) -> Rule | None:
     """The structural row an exception belongs to, or None."""
     if not r.frames or _OOM_RE.search(r.message) or r.cls == "KeyboardInterrupt":
         return None
-    if _frames_match(r.frames, _SPEC_RX) and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(r.message)):
+    source = _source_text(r)
+    spec = _frames_match(r.frames, _SPEC_RX)
+    if spec and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(r.message) or _HYBRID_RX.search(source)):
         return STRUCT_RULES[0]
+    if not spec and r.cls in ("TypeError", "AttributeError") and _NONE_RX.search(r.message) \
+            and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(source)) and not _SPEC_RX.search(source):
+        return STRUCT_RULES[2]
+    # a quantization method the GPU cannot run keeps its own answer, as the line row gpu_arch_refused's does
+    if r.cls == "AssertionError" and r.frames[-1].source and _SUPPORT_CHECK_RX.search(r.frames[-1].source) \
+            and not any("quantization" in f.path for f in r.frames):
+        return STRUCT_RULES[3]
     if r.cls in ("AssertionError", "ValueError", "NotImplementedError", "TypeError", "Exception", "RuntimeError") \
             and any(_ARGS_FILE.search(f.path) and _ARGS_FUNC.match(f.func) for f in r.frames) \
             and not _ARCH_RX.search(r.message):
         return STRUCT_RULES[1]
     if _frames_match(r.frames, _CAPTURE_RX):
-        return STRUCT_RULES[2]
+        return STRUCT_RULES[4]
     return None
 
 
@@ -188,6 +250,7 @@ def groups_of(r: Raised) -> dict:
         "where": r.where() or "the server",
         "func": inner.func if inner else "the failing function",
         "check": r.message,
+        "check_stmt": (r.frames[-1].source if r.frames else "") or r.message,
     }
 
 
