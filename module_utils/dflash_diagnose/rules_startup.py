@@ -204,6 +204,8 @@ ROWS = [
      # CUDA's cudaErrorStreamCaptureIsolation text (NCCL prints it as a "Cuda failure" warning inside the capture)
      r"|dependency created on uncaptured work"
      r"|(?:during|while) CUDA graph capture|cudaStreamCaptureStatus(?:Active|Invalidated)"
+     # torch's RNG refusals: "philox_cuda_state for an unexpected CUDA generator used during capture"
+     r"|\b(?:used|called|read|allocated) (?:during|while) (?:stream |graph )?captur(?:e|ing)\b"
      r"|stream capture (?:is )?(?:invalidated|unsupported)"),
      ("a kernel did something CUDA graph capture does not allow (a sync, an allocation, an RNG seed or another "
      "stream while capturing)"),

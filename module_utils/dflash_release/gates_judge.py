@@ -60,6 +60,7 @@ DIACRITIC_EXPECTED_MIN = 8  # ... where >= 8 words should carry an accent by the
 BOX_CHARS = re.compile(r"[\u2500-\u257f|]")
 # one punctuation / symbol character repeated ('！！！！', '……')
 CHAR_RUN_MIN = 10  # '!!!' or '...' in prose stays far below; table / rule / box-drawing chars are exempt
+WHOLE_SYMBOL_MIN = 4  # a reply that is one symbol repeated 4+ times and nothing else ('!!!!', '....')
 CHAR_RUN_EXEMPT = set("-=_*#~`|:.─━═│┃+ \t\r\n")
 # mojibake
 MOJIBAKE_BADNESS_MIN = 2  # ftfy's badness counts suspicious sequences ('Ã©', 'â€', 'ä½'); one may be a real
@@ -216,6 +217,10 @@ def check_whitespace(c: str):
 
 
 def check_char_flood(c: str):
+    whole = c.strip()
+    if len(whole) >= WHOLE_SYMBOL_MIN and len(set(whole)) == 1 and not whole.isalnum():
+        # the reply is one symbol and nothing else ('!!!!!!!'): no layout, no text (the run check wants 10 inside text)
+        return "char_flood", f"character flood: the whole reply is {whole[0]!r} {len(whole)} times"
     best = (0, "")
     for m in re.finditer(r"(.)\1*", c, flags=re.DOTALL):
         ch, n = m.group(1), len(m.group())

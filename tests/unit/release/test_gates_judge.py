@@ -25,6 +25,9 @@ import sglang_standin as standin
 NOT_JUDGEABLE = {
     # fluent Korean; only the (unpublished) Chinese conversation around it makes it the wrong language
     "claude-code-50071-korean-in-chinese-session.json": "wrong_language",
+    # two fluent sentences of Japanese, then Korean: a translation reply looks the same; only the (unpublished)
+    # Korean conversation makes the Japanese wrong
+    "claude-code-50864-japanese-then-korean.json": "wrong_language",
 }
 
 
@@ -64,6 +67,7 @@ def test_labelled_reply(path):
     ("litert-109-tinyllama-subword-loop.json", "ngram_loop", "subword loop: one 268-character token"),
     ("gemini-cli-5813-nyny-loop.json", "ngram_loop", "'ny'"),
     ("ollama-15234-gemma4-french-dropped-accents.json", "dropped_chars", "a fr reply of 84 words without one accented"),
+    ("qwen3-1171-seven-exclamations.json", "char_flood", "the whole reply is '!' 7 times"),
 ])
 def test_the_reason_names_the_breakage(name, kind, needle):
     d = _load(ROOT / "tests" / "fixtures" / "replies" / "labelled" / name)
