@@ -328,6 +328,13 @@ RULES: list[Rule] = [
              r"|invalid \w+ value: [^\n]+|ignored explicit argument [^\n]+|not allowed with argument [^\n]+)"),
          "the server's argument parser rejected {flag}: {problem}",
          "fix {flag} in the instance's extra_args / pin_flags (or the instance field it comes from): {problem}"),
+    # parsers other than argparse (llama.cpp's common/arg.cpp: 'error while handling argument "--x": ...'): the same
+    # refusal of one flag before anything loads
+    Rule("cli_argument_refused", "bad_server_args", 89,
+         _rx(r'error while (?:handling|parsing) argument "?(?P<flag>-{1,2}[\w-]+)"?: (?P<problem>[^\n]{3,200})'),
+         "the server's argument parser rejected {flag}: {problem}",
+         "fix or drop {flag} in the instance's extra_args / pin_flags (or the instance field it comes from): a flag "
+         "this server version does not take (removed, renamed, or another server's)"),
     Rule("argparse_ambiguous", "bad_server_args", 90,
          _rx(r"(?:^|[\w./-]+(?: serve)?: )error: ambiguous option: (?P<flag>-[\w-]+) could match "
              r"(?P<matches>[^\n]+)"),
@@ -532,6 +539,6 @@ RULE_KEYWORDS = (
     "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
     "infer device type", "no platform detected", "peer access",
     "greater than the derived", "profiled value",
-    "error: unrecognized arguments", "error: argument ", "error: ambiguous option", "arguments are required",
+    "error: unrecognized arguments", "error: argument ", "error while handling argument", "error while parsing argument", "error: ambiguous option", "arguments are required",
     *_startup.KEYWORDS,
 )

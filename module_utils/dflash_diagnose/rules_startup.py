@@ -38,7 +38,10 @@ _REFUSAL = (
     r"|\bcannot be used (?:with|together)\b|\bcan only be used with\b|\bis only supported (?:with|when|for)\b"
     r"|\b(?:is|are) required for\b[^\n]*\bbut got\b"
     # "--mamba-radix-cache-strategy=extra_buffer needs a model with mamba state, but X has none"
-    r"|\bneeds? (?:a|an)\b[^\n]*\bbut\b)"
+    r"|\bneeds? (?:a|an)\b[^\n]*\bbut\b"
+    # vLLM: "Speculative decoding not yet supported for RayGPU backend", "Expected both speculative_model and
+    # num_speculative_tokens to be provided, but found ..."
+    r"|\bnot yet supported (?:for|with|by|on|in)\b|\bexpected\b[^\n]*\bbut (?:found|got)\b)"
 )
 _OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
 
@@ -320,7 +323,8 @@ def fill(groups: dict, facts: dict, text: str, rule_name: str = "", line_text: s
     out["mamba_strategy_s"] = f" under --mamba-scheduler-strategy {ms}" if ms else ""
     low = check.lower()
     listed = re.findall(r"\b" + _BACKENDS + r"\b", low)
-    if re.search(r"speculative_(?:num|eagle)|num_steps|draft_tokens|eagle_topk|eagle requires", low):
+    if re.search(r"speculative_(?:num|eagle)|num_speculative_tokens|num_steps|draft_tokens|eagle_topk|eagle requires",
+                 low):
         hint = ("set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens explicitly "
                 "so that they agree with each other and with the algorithm (the message states the rule); ")
     elif "speculative" in low:
