@@ -41,7 +41,10 @@ _REFUSAL = (
     r"|\bneeds? (?:a|an)\b[^\n]*\bbut\b"
     # vLLM: "Speculative decoding not yet supported for RayGPU backend", "Expected both speculative_model and
     # num_speculative_tokens to be provided, but found ..."
-    r"|\bnot yet supported (?:for|with|by|on|in)\b|\bexpected\b[^\n]*\bbut (?:found|got)\b)"
+    r"|\bnot yet supported (?:for|with|by|on|in)\b|\bexpected\b[^\n]*\bbut (?:found|got)\b"
+    # the plain validation words, still only on an exception line that names an option
+    r"|\b(?:is|are) not (?:yet )?supported\b|\bnot implemented\b|\bunsupported\b|\bonly supports?\b"
+    r"|\bnot allowed\b|\bmust not\b|\bcannot\b|\bcan't\b|\binvalid\b)"
 )
 _OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
 

@@ -210,6 +210,9 @@ def _frames_match(frames: list[Frame], rx: re.Pattern) -> Frame | None:
 # an assert on a support check of the GPU / kernel generation ("assert is_fa_version_supported(self.fa_version)")
 _SUPPORT_CHECK_RX = re.compile(r"\bassert\b.*\b(?:is_\w*_supported|\w*supports?_(?:fa|flash|arch|sm|fp8|bf16)\w*"
                                r"|\w*(?:arch|capability|sm)\w*\s*(?:>=|==|in\b))", re.IGNORECASE)
+# identifiers of the speculative path as a statement or a message names them (no bare "verify": too common)
+_SPEC_WORD_RX = re.compile(r"speculative|\beagle\w*|spec_?v2|\bdraft_\w+|\bmtp\b|\bnextn\b|\w+_for_verify|verify_\w+",
+                           re.IGNORECASE)
 _NONE_RX = re.compile(r"'NoneType' object|\bNoneType\b|\bNone\b")
 
 
@@ -222,7 +225,8 @@ def classify(r: Raised) -> Rule | None:
     if not r.frames or _OOM_RE.search(r.message) or r.cls == "KeyboardInterrupt":
         return None
     source = _source_text(r)
-    spec = _frames_match(r.frames, _SPEC_RX)
+    # the speculative path shows in the frames, or in the failing statement / message of a short excerpt
+    spec = _frames_match(r.frames, _SPEC_RX) or _SPEC_WORD_RX.search(source) or _SPEC_WORD_RX.search(r.message)
     if spec and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(r.message) or _HYBRID_RX.search(source)):
         return STRUCT_RULES[0]
     if not spec and r.cls in ("TypeError", "AttributeError") and _NONE_RX.search(r.message) \

@@ -292,7 +292,7 @@ def check_periodic_token(c: str):
     """One unbroken token made of a short piece repeated back to back ('agyagyagy...ścścśc...'): a subword loop the
     word and sentence checks cannot see (no spaces), wherever it stands in the reply."""
     piece = re.compile(rf"(.{{1,{PERIODIC_MAX_UNIT}}}?)\1{{2,}}")
-    for tok in re.findall(rf"\S{{{PERIODIC_TOKEN_MIN},}}", c):
+    for tok in re.findall(rf"\S{{{PERIODIC_TOKEN_MIN},}}", prose(c)):  # not in code, URLs or math
         runs = [m for m in piece.finditer(tok) if any(ch.isalpha() for ch in m.group(1))]
         covered = sum(len(m.group()) for m in runs)
         if covered / len(tok) >= PERIODIC_COVER:
