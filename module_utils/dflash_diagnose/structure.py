@@ -193,6 +193,18 @@ STRUCT_RULES = [
          ("{arch_subject} refused this GPU{arch_here_s}: the assertion {check_stmt!r} in {where} failed (a support "
           "check of the GPU generation)"),
          "{arch_fix}"),
+    Rule("flashinfer_jit_frames", "flashinfer_arch", 59, _NEVER,
+         "FlashInfer's JIT build of a kernel failed: {exc_s}, raised in {where}",
+         ("start with `--attention-backend triton` (and `--sampling-backend pytorch`) to keep FlashInfer's JIT out, "
+          "or give the unit a CUDA toolkit whose nvcc supports this GPU (CUDA_HOME / PATH; CUDA >= 12.8 for SM 10.x, "
+          ">= 12.9 for SM 12.x), or install FlashInfer's prebuilt kernels (flashinfer-cubin / flashinfer-jit-cache) "
+          "for this CUDA; clear ~/.cache/flashinfer after a change")),
+    Rule("pool_alloc_none", "cuda_oom", 55, _NEVER,
+         ("an allocation from the server's request / KV-cache pool came back empty (None): the pool has no room for "
+          "the batch: {exc_s}, in {where}"),
+         ("give the KV cache more memory: raise `--mem-fraction-static` (SGLang; a lower value shrinks the pool), "
+          "lower `--max-running-requests` / `--chunked-prefill-size` / `--context-length`, or use a larger "
+          "`--tp-size`")),
     Rule("capture_frames", "cuda_graph_capture", 43, _NEVER,
          "capturing CUDA graphs failed at start-up (not for memory): {exc_s}, raised in {where}",
          "start once with `--disable-cuda-graph` (vLLM: `--enforce-eager`) to confirm it is the capture (expect a "
@@ -216,6 +228,11 @@ _SPEC_WORD_RX = re.compile(r"speculative|\beagle\w*|spec_?v2|\bdraft_\w+|\bmtp\b
 _NONE_RX = re.compile(r"'NoneType' object|\bNoneType\b|\bNone\b")
 
 
+# a statement using what a pool allocation returned (sglang returns None when the pool has no room)
+_POOL_RX = re.compile(r"\breq_pool_indices\b|\bout_cache_loc\b|token_to_kv_pool\w*\.alloc|req_to_token_pool\.alloc")
+_ROW = {r.name: r for r in STRUCT_RULES}
+
+
 def _source_text(r: Raised) -> str:
     return " ".join(f.source for f in r.frames if f.source)
 
@@ -228,20 +245,24 @@ def classify(r: Raised) -> Rule | None:
     # the speculative path shows in the frames, or in the failing statement / message of a short excerpt
     spec = _frames_match(r.frames, _SPEC_RX) or _SPEC_WORD_RX.search(source) or _SPEC_WORD_RX.search(r.message)
     if spec and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(r.message) or _HYBRID_RX.search(source)):
-        return STRUCT_RULES[0]
+        return _ROW["spec_hybrid_state_crash"]
     if not spec and r.cls in ("TypeError", "AttributeError") and _NONE_RX.search(r.message) \
             and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(source)) and not _SPEC_RX.search(source):
-        return STRUCT_RULES[2]
+        return _ROW["hybrid_state_unallocated"]
     # a quantization method the GPU cannot run keeps its own answer, as the line row gpu_arch_refused's does
+    if any("flashinfer/jit" in f.path.replace("\\", "/") for f in r.frames):
+        return _ROW["flashinfer_jit_frames"]
+    if r.cls in ("AttributeError", "TypeError") and _NONE_RX.search(r.message) and _POOL_RX.search(source):
+        return _ROW["pool_alloc_none"]
     if r.cls == "AssertionError" and r.frames[-1].source and _SUPPORT_CHECK_RX.search(r.frames[-1].source) \
             and not any("quantization" in f.path for f in r.frames):
-        return STRUCT_RULES[3]
+        return _ROW["arch_support_assert"]
     if r.cls in ("AssertionError", "ValueError", "NotImplementedError", "TypeError", "Exception", "RuntimeError") \
             and any(_ARGS_FILE.search(f.path) and _ARGS_FUNC.match(f.func) for f in r.frames) \
             and not _ARCH_RX.search(r.message):
-        return STRUCT_RULES[1]
+        return _ROW["server_args_hook"]
     if _frames_match(r.frames, _CAPTURE_RX):
-        return STRUCT_RULES[4]
+        return _ROW["capture_frames"]
     return None
 
 

@@ -202,3 +202,17 @@ def test_an_assert_on_a_support_check_is_a_gpu_generation_refusal_outside_quanti
     assert r["cause"] == "gpu_arch_refused" and "is_fa_version_supported" in r["summary"], r["summary"]
     quant = frames.replace("attention/backends/flash_attn.py", "layers/quantization/fp8.py")
     assert diagnose_text("Traceback (most recent call last):\n" + quant)["cause"] == "unknown"
+
+
+def test_flashinfer_jit_frames_and_an_empty_pool_allocation_decide_by_their_frames():
+    jit = ('Traceback (most recent call last):\n'
+           '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 10, in capture\n    run()\n'
+           '  File "/x/flashinfer/jit/cpp_ext.py", line 299, in run_ninja\n    subprocess.run(\n'
+           "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n")
+    assert diagnose_text(jit)["cause"] == "flashinfer_arch"  # the JIT build, not the capture that triggered it
+    pool = ('Traceback (most recent call last):\n'
+            '  File "/x/sglang/srt/managers/schedule_batch.py", line 203, in prepare_for_extend\n'
+            '    req_pool_indices_cpu = req_pool_indices.cpu().numpy()\n'
+            "AttributeError: 'NoneType' object has no attribute 'cpu'\n")
+    r = diagnose_text(pool)
+    assert r["cause"] == "cuda_oom" and "--mem-fraction-static" in r["remedy"], r["summary"]
