@@ -110,7 +110,12 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
         hint = min(weak_only, key=lambda m: (-m.rule.priority, m.line.index))
         healthy_after = any(i >= hint.line.index for i in scan.healthy_lines)
         generic = _first_generic_failure(lines[hint.line.index:])
-        if not healthy_after or generic:
+        # a warning the start-up went on past (later stage lines, no error) does not outrank the stage it then hung
+        # in: NCCL RAS's "bind failed: Address already in use" while the communicator set-up carries on
+        quiet = generic is None or KILL_RE.search(generic.text)  # a kill ends a hang too: the stage is named then
+        st = _hang.last_stage(lines) if quiet and _first_traceback(lines[hint.line.index:]) is None else None
+        went_on = st is not None and st["line"].index > hint.line.index and (st["under_way"] or silent_seconds)
+        if (not healthy_after or generic) and not went_on:
             chosen = hint  # a warning that explains a crash nobody named
     if chosen is None:
         healthy = [lines[i] for i in scan.healthy_lines]
@@ -186,6 +191,8 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
         st = _hang.last_stage(lines[seg[0]: chosen.line.index])
         up = st is not None and st["marker_stage"] == "ready"
         stage = st["stage"] if st and not up else "other"
+        if st is None:  # no start-up line before it: the stack the watchdog dumped says where it stood
+            stage = _hang.stage_from_stack(lines[chosen.line.index + 1: min(seg[1], chosen.line.index + 40)]) or stage
         words = "serving, after the start-up" if up else _hang.STAGE_WORDS[stage]
         fill.update(stage=stage, stage_words=words, hang_remedy=_hang.remedy(stage, seg_text, host)
                     or "rerun with NCCL_DEBUG=INFO and read the stack dump the watchdog printed")

@@ -211,7 +211,7 @@ def _fill(match: _Match, facts: dict, lines: list[_Line], seg_text: str) -> dict
     arch = re.search(r"supports CUDA capabilities ((?:sm_\d+a? ?)+)", seg_text)
     f["torch_arch_s"] = f" (this torch only has {arch.group(1).strip()})" if arch else ""
     f["model"] = (g.get("model") or g.get("model2") or g.get("model3") or g.get("model4") or g.get("model5")
-                  or g.get("model6") or g.get("model7") or g.get("model8") or g.get("model9")
+                  or g.get("model6") or g.get("model7") or g.get("model8") or g.get("model9") or g.get("model10")
                   or g.get("hf_model") or facts.get("model", "the configured model path"))
     f["missing_file"] = (g.get("missing_file") or "config.json / weights").rstrip(".")
     if g.get("model_file") and "model" not in g:

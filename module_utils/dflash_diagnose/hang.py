@@ -43,7 +43,9 @@ MARKERS: list[tuple[str, bool, re.Pattern]] = [
     ("graph_capture", True, re.compile(r"Capture (?:cuda|CUDA) graph begin|Capturing batches \(|Capture cuda graph bs"
                                        r"|Capture piecewise CUDA graph begin|Capturing num tokens|Compiling num tokens"
                                        r"|Registering \d+ cuda graph addresses|Capturing the model for CUDA graphs"
-                                       r"|Capturing CUDA graph shapes|Capturing cudagraphs?|Compiling a graph for")),
+                                       r"|Capturing CUDA graph shapes|Capturing cudagraphs?|Compiling a graph for"
+                                       # vLLM V1's progress bar: "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)"
+                                       r"|Capturing CUDA graphs? \(")),
     # KV pool
     ("kv_pool", False, re.compile(r"Memory pool end|max_total_num_tokens=\d+|# GPU blocks: \d+"
                                   r"|KV cache is allocated|Available KV cache memory|GPU KV cache size")),
@@ -64,6 +66,7 @@ MARKERS: list[tuple[str, bool, re.Pattern]] = [
     # distributed init
     ("distributed_init", True, re.compile(r"Init torch distributed begin|distributed_init_method=|world_size=\d+ rank="
                                           r"|Initializing distributed: GLOBAL_RANK|init_process_group"
+                                          r"|Initializing (?:the )?process group"
                                           r"|Waiting for (?:the )?(?:other )?(?:ranks|workers|rendezvous)"
                                           r"|store_based_barrier|Rendezvous")),
 ]
@@ -79,12 +82,40 @@ _MARKER_WORDS = ("fired up", "serving", "uvicorn", "startup complete", "server p
                  "memory profiling", "available_blocks", "profile_run", "init_memory_pool", "load weight",
                  "loading", "load model", "weights", "backend", "downloading", "fetching", "nccl", "init complete",
                  "distributed", "world_size", "init_process_group", "waiting for", "barrier", "rendezvous",
-                 "custom al", "init_custom_ar")
+                 "custom al", "init_custom_ar", "process group")
+
+# a stall notice names the work it waits for in passing ("... weight/kv cache quantization"): no stage marker
+_STALL_NOTICE_RE = re.compile(r"No available shared memory broadcast block|some processes are hanging")
+
+
+# the stage a dumped stack (py-spy, faulthandler, sglang's watchdog dump) stands in, innermost frame first: a
+# watchdog that fires before any start-up marker still names where the stack was ("capture (cuda_graph_runner.py)")
+STACK_STAGES = (
+    ("graph_capture", re.compile(r"cuda_graph_runner|graph_runner|\bcapture\w*\b|init_device_graphs|cudagraph",
+                                 re.IGNORECASE)),
+    ("warmup", re.compile(r"\bwarmup|_warm_up|warm_up", re.IGNORECASE)),
+    ("kv_pool", re.compile(r"init_memory_pool|profile_run|determine_num_available_blocks|profile_max_num_token",
+                           re.IGNORECASE)),
+    ("weights", re.compile(r"load_weights?\b|load_model\b|model_loader|safetensors", re.IGNORECASE)),
+    ("nccl", re.compile(r"pynccl|ncclCommInitRank|init_custom_ar|custom_all_reduce", re.IGNORECASE)),
+    ("distributed_init", re.compile(r"init_distributed_environment|init_process_group|initialize_model_parallel"
+                                    r"|rendezvous", re.IGNORECASE)),
+)
+
+
+def stage_from_stack(lines: list) -> str | None:
+    """The stage of the first (innermost) frame of a dumped stack that names one, or None."""
+    for ln in lines:
+        text = getattr(ln, "text", ln)
+        for stage, rx in STACK_STAGES:
+            if rx.search(text):
+                return stage
+    return None
 
 
 def stage_of(text: str) -> tuple[str, bool] | None:
     low = text.lower()
-    if not any(w in low for w in _MARKER_WORDS):
+    if not any(w in low for w in _MARKER_WORDS) or _STALL_NOTICE_RE.search(text):
         return None
     for stage, under_way, rx in MARKERS:
         if rx.search(text):

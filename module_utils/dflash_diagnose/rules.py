@@ -119,6 +119,9 @@ RULES: list[Rule] = [
          _startup.GDN_BLACKWELL_REMEDY),
     Rule("flashinfer_unsupported_arch", "flashinfer_arch", 91,
          _rx(r"flashinfer[^\n]*Unsupported architectur|Unsupported architectur[^\n]*flashinfer"
+             # FlashInfer's TRT-LLM-gen runners (sglang's trtllm_mha / trtllm_mla backends) raise in their own name;
+             # TensorRT-LLM's own assertion carries its "[TensorRT-LLM]" tag (gpu_arch_refused's)
+             r"|^(?:RuntimeError: )?TllmGen\w*Runner: Unsupported architectur"
              r"|backends are supported on Blackwell[^\n]*attention_backend=flashinfer"),
          "FlashInfer does not support this GPU architecture for the chosen kernels{sm_s}",
          "start with `--attention-backend triton` (the FlashInfer kernels chosen here have no build for "
@@ -246,7 +249,9 @@ RULES: list[Rule] = [
     Rule("sglang_not_enough_memory", "cuda_oom", 72,
          _rx(r"Not enough memory\. Please try to increase --mem-fraction-static"
              r"|max_total_num_tokens=\d+ is too small|(?:KV cache|kv_cache) pool[^\n]*(?:too small|negative)"
-             r"|leave no GPU memory for the KV cache"),
+             r"|leave no GPU memory for the KV cache"
+             # forks / other versions: "Not enough memory for KV cache，try reducing --num-pages"
+             r"|(?:not enough|insufficient|no) (?:GPU )?memory (?:left )?for (?:the )?(?:KV|kv)[ _-]?cache"),
          "too little GPU memory is left for the KV cache after loading the weights{mfs_s}",
          "raise `--mem-fraction-static` (now {mem_fraction_static}) if the GPU is otherwise free, and/or "
          "lower `--context-length` / `--max-running-requests`, use a larger `--tp-size`, or free the GPU "
@@ -323,6 +328,13 @@ RULES: list[Rule] = [
              r"|invalid \w+ value: [^\n]+|ignored explicit argument [^\n]+|not allowed with argument [^\n]+)"),
          "the server's argument parser rejected {flag}: {problem}",
          "fix {flag} in the instance's extra_args / pin_flags (or the instance field it comes from): {problem}"),
+    # parsers other than argparse (llama.cpp's common/arg.cpp: 'error while handling argument "--x": ...'): the same
+    # refusal of one flag before anything loads
+    Rule("cli_argument_refused", "bad_server_args", 89,
+         _rx(r'error while (?:handling|parsing) argument "?(?P<flag>-{1,2}[\w-]+)"?: (?P<problem>[^\n]{3,200})'),
+         "the server's argument parser rejected {flag}: {problem}",
+         "fix or drop {flag} in the instance's extra_args / pin_flags (or the instance field it comes from): a flag "
+         "this server version does not take (removed, renamed, or another server's)"),
     Rule("argparse_ambiguous", "bad_server_args", 90,
          _rx(r"(?:^|[\w./-]+(?: serve)?: )error: ambiguous option: (?P<flag>-[\w-]+) could match "
              r"(?P<matches>[^\n]+)"),
@@ -342,7 +354,7 @@ RULES: list[Rule] = [
          "(or a valid Hub repo id with network access); check the instance's model_path and mounts"),
     Rule("hf_cant_load_config", "model_missing", 62,
          _rx(r"Can't load (?:the )?(?:configuration|tokenizer|config)[^\n]*? for '(?P<model>[^']+)'"
-             r"|(?P<model2>[^\s'\"]+) does not appear to have a file named (?P<missing_file>[\w.-]+)"),
+             r"|(?P<model2>[^\s'\"]+) does not appear to have a fil(?:e named (?P<missing_file>[\w.-]+))?"),
          "the model at {model} could not be loaded (missing {missing_file})",
          "fix `--model-path` ({model}): point it at the directory that holds config.json, the "
          "tokenizer and the weights (download it first / check mounts and permissions)"),
@@ -357,7 +369,9 @@ RULES: list[Rule] = [
          "model ahead and point `--model-path` at the local directory"),
     Rule("hf_repo_not_found", "model_missing", 60,
          _rx(r"RepositoryNotFoundError|GatedRepoError|Repository Not Found for url|is not a valid model identifier"
-             r"|is not a local folder and is not a valid model"),
+             r"|is not a local folder and is not a valid model"
+             # the Hub's plain HTTP 404 for a file of a repo id / revision (401/403 are hf_gated's)
+             r"|404 Client Error[^\n]*?https://huggingface\.co/(?!api/)(?P<model10>[\w.-]+(?:/[\w.-]+)?)/resolve/"),
          "the model {model} is neither a local directory nor an accessible Hub repository",
          "fix `--model-path` ({model}) to an existing local directory, or for a gated/private Hub "
          "model set HF_TOKEN in the instance env (and download it ahead, since servers run offline)"),
@@ -525,6 +539,6 @@ RULE_KEYWORDS = (
     "gated repo", "is restricted", "client error", "shared memory segment", "posix_fallocate",
     "infer device type", "no platform detected", "peer access",
     "greater than the derived", "profiled value",
-    "error: unrecognized arguments", "error: argument ", "error: ambiguous option", "arguments are required",
+    "error: unrecognized arguments", "error: argument ", "error while handling argument", "error while parsing argument", "error: ambiguous option", "arguments are required",
     *_startup.KEYWORDS,
 )

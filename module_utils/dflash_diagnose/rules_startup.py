@@ -36,7 +36,15 @@ _REFUSAL = (
     r"(?:\bincompatible with\b|\bnot compatible with\b|\bis not supported (?:with|when|yet|together)\b"
     r"|\bare not supported (?:with|when|together)\b|\bdoes not support\b|\brequires\b|\bmust be\b"
     r"|\bcannot be used (?:with|together)\b|\bcan only be used with\b|\bis only supported (?:with|when|for)\b"
-    r"|\b(?:is|are) required for\b[^\n]*\bbut got\b)"
+    r"|\b(?:is|are) required for\b[^\n]*\bbut got\b"
+    # "--mamba-radix-cache-strategy=extra_buffer needs a model with mamba state, but X has none"
+    r"|\bneeds? (?:a|an)\b[^\n]*\bbut\b"
+    # vLLM: "Speculative decoding not yet supported for RayGPU backend", "Expected both speculative_model and
+    # num_speculative_tokens to be provided, but found ..."
+    r"|\bnot yet supported (?:for|with|by|on|in)\b|\bexpected\b[^\n]*\bbut (?:found|got)\b"
+    # the plain validation words, still only on an exception line that names an option
+    r"|\b(?:is|are) not (?:yet )?supported\b|\bnot implemented\b|\bunsupported\b|\bonly supports?\b"
+    r"|\bnot allowed\b|\bmust not\b|\bcannot\b|\bcan't\b|\binvalid\b)"
 )
 _OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
 
@@ -199,7 +207,11 @@ ROWS = [
      False, _OOM),
     ("stream_capture_error", "cuda_graph_capture", 61,
      (r"operation not permitted when stream is capturing|cudaErrorStreamCapture\w+|capturing stream has unjoined work"
+     # CUDA's cudaErrorStreamCaptureIsolation text (NCCL prints it as a "Cuda failure" warning inside the capture)
+     r"|dependency created on uncaptured work"
      r"|(?:during|while) CUDA graph capture|cudaStreamCaptureStatus(?:Active|Invalidated)"
+     # torch's RNG refusals: "philox_cuda_state for an unexpected CUDA generator used during capture"
+     r"|\b(?:used|called|read|allocated) (?:during|while) (?:stream |graph )?captur(?:e|ing)\b"
      r"|stream capture (?:is )?(?:invalidated|unsupported)"),
      ("a kernel did something CUDA graph capture does not allow (a sync, an allocation, an RNG seed or another "
      "stream while capturing)"),
@@ -217,7 +229,9 @@ ROWS = [
 # own refusals keep their cause (flashinfer_arch), and so does a quantization the GPU cannot run.
 _NEEDS = (r"(?:\bonly\b[^\n]{0,80}\bsupport|\bnot supported (?:on|for|by)\b|\bunsupported (?:on|for)\b|\brequires?\b"
           r"|\brequired\b|\bat least\b|\bor (?:newer|later|above|higher)\b|\bminimum\b|\bneeds?\b|\bonly works\b"
-          r"|\bdoes not support\b|>=)")
+          r"|\bdoes not support\b|>="
+          # vLLM: "GPUs with compute capability below 7.0 are not supported" / "less than 7.0"
+          r"|\b(?:below|less than|lower than|older than)\b)")
 ROWS += [
     ("gpu_arch_refused", "gpu_arch_refused", 64,
      (r"^(?:-?\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\s*:|assert\b)(?=[^\n]*" + ARCH_WORDS + r")(?=[^\n]*" + _NEEDS
@@ -225,6 +239,25 @@ ROWS += [
      "{arch_subject} refused this GPU{arch_here_s}: it needs {arch_need} ({arch_msg_short})",
      "{arch_fix}", False, (r"quantization method|FlashInfer(?: JIT)? (?:requires|only|does not|is not)"
                          r"|attention_backend=flashinfer")),
+
+    ("unsupported_arch_assert", "gpu_arch_refused", 64,
+     # a compiled engine's own architecture check: TensorRT-LLM's "[TensorRT-LLM][ERROR] Assertion failed: Unsupported
+     # architecture (.../fmhaRunner.cpp:87)" / "Unsupported Arch (cutlass_preprocessors.cpp)", TensorRT's "Assertion
+     # failed: Unsupported SM." (FlashInfer's own runners keep flashinfer_arch)
+     (r"(?:Assertion failed|Assertion Error in \w+: \d+ \()[:\s]*(?P<arch_msg>Unsupported (?:architecture|arch|SM)\b"
+      r"[^\n]{0,200})"),
+     ("{arch_subject}: no kernels for this GPU's architecture{arch_here_s}, the release was not built for its SM "
+      "({arch_msg_short})"),
+     ("{arch_fix}; a compiled engine (TensorRT-LLM, TensorRT) runs only on the SMs its release was built for: use a "
+      "release that lists this GPU, build it with this SM in its CUDA architecture list, or run on a GPU it supports"),
+     False, r"flashinfer|TllmGen"),
+    ("fa3_hopper_kernel_launch", "gpu_arch_refused", 64,
+     # FlashAttention 3 is flash-attention's hopper/ tree: its kernels fail to launch on any other SM, often with a
+     # bare "invalid argument" and no word of the GPU (freetoken#442: FA3 on an SM 8.9 card)
+     (r"CUDA error \([^)\n]*\bhopper/(?:flash|mainloop|epilogue)\w*\.(?:h|hpp|cu|cuh):\d+\):\s*(?P<fa3_err>[^\n]{1,120})"),
+     ("FA3 (FlashAttention 3, flash-attention's Hopper kernels) failed to launch{arch_here_s}: {fa3_err}; FA3 runs on "
+      "SM 9.0 (Hopper) only"),
+     "{arch_fix}", False, None),
 
     # ---------------------------------------------------------------- startup_hang (a hang the log names)
     ("sglang_watchdog_timeout", "startup_hang", 41,
@@ -253,7 +286,7 @@ KEYWORDS = (
     "capture", "capturing", "ddtree", "extra_buffer",
     "blackwell", "hopper", "ampere", "volta", "turing", "pascal", " ada", "sm_", "sm1", "sm9", "sm8", "sm7", "sm 1",
     "sm 9", "sm 8", "sm 7", "arch.sm", "capabilit", "is required", "trimmable", "rollback", "piecewise",
-    "compaction stall", "state_checkpoints",
+    "compaction stall", "state_checkpoints", "uncaptured work", "assertion failed", "assertion error", "hopper/",
 )
 
 
@@ -293,7 +326,8 @@ def fill(groups: dict, facts: dict, text: str, rule_name: str = "", line_text: s
     out["mamba_strategy_s"] = f" under --mamba-scheduler-strategy {ms}" if ms else ""
     low = check.lower()
     listed = re.findall(r"\b" + _BACKENDS + r"\b", low)
-    if re.search(r"speculative_(?:num|eagle)|num_steps|draft_tokens|eagle_topk|eagle requires", low):
+    if re.search(r"speculative_(?:num|eagle)|num_speculative_tokens|num_steps|draft_tokens|eagle_topk|eagle requires",
+                 low):
         hint = ("set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens explicitly "
                 "so that they agree with each other and with the algorithm (the message states the rule); ")
     elif "speculative" in low:
@@ -318,8 +352,14 @@ def fill(groups: dict, facts: dict, text: str, rule_name: str = "", line_text: s
     out["options_hint"] = hint
     cache_cls = groups.get("cache_cls")
     out["cache_cls_s"] = f"({cache_cls}) " if cache_cls else ""
-    if rule_name == "gpu_arch_refused":
+    if rule_name in ("gpu_arch_refused", "unsupported_arch_assert"):
         out.update(_arch_fill((groups.get("arch_msg") or line_text).strip(), facts, text))
+    if rule_name == "arch_support_assert":
+        out.update(_arch_fill(groups.get("check_stmt") or line_text, facts, text))
+    out["check_stmt"] = groups.get("check_stmt") or ""
+    if rule_name == "fa3_hopper_kernel_launch":
+        out.update(_arch_fill("FA3 is only supported on Hopper (SM 9.0)", facts))
+        out["fa3_err"] = (groups.get("fa3_err") or "").strip()
     if groups.get("stall_step") or groups.get("stall_step2"):
         out["stall_step"] = groups.get("stall_step") or groups.get("stall_step2")
         out["stalls"] = groups.get("stalls") or groups.get("stalls2") or "?"

@@ -102,7 +102,40 @@ def raised(lines: list[_Line]) -> list[Raised]:
             expect_source = False
         if am and not _assert_follows(lines, ln.index):
             out.append(Raised("AssertionError", am.group("msg").strip(), ln, list(frames), implied=True))
+    for r in out:
+        if not r.frames:
+            r.frames = _context_frames(lines, r.line.index)
     return out
+
+
+# Short excerpts (an issue's two lines, a summary a reporter typed) drop the traceback but keep what it said: the
+# statement that failed, printed just above the exception ("track_index = req.kv.mamba_..."), and a condensed stack
+# below it ("set_x (schedule_batch.py)" / "<- prepare_y <- worker.verify"). Both are read as frames of that
+# exception, so the class + frames rows decide the same way on the excerpt as on the full traceback.
+_PSEUDO_FRAME_RE = re.compile(r"^(?:<-\s*)?(?P<func>[A-Za-z_][\w.]*)(?:\s*\((?P<file>[\w./-]+\.py)\))?"
+                              r"(?:\s*<-\s*[A-Za-z_][\w.]*)*\s*$")
+_STATEMENT_RE = re.compile(r"^[A-Za-z_][\w.\[\]]*\s*=\s*\S|^(?:return|raise|assert)\b|^[A-Za-z_][\w.]*\(.*\)\s*$")
+
+
+def _context_frames(lines: list[_Line], index: int) -> list[Frame]:
+    """Frames of an exception printed without its traceback: the statement above it, a condensed stack below."""
+    frames: list[Frame] = []
+    if index > 0:
+        prev = lines[index - 1].text.strip()
+        if _STATEMENT_RE.search(prev) and not _EXC_RE.match(prev):
+            frames.append(Frame("", "<statement>", prev))
+    below: list[Frame] = []
+    for ln in lines[index + 1: index + 4]:
+        text = ln.text.strip()
+        m = _PSEUDO_FRAME_RE.match(text) if text and ("<-" in text or ".py)" in text) else None
+        if not m:
+            break
+        for part in [p.strip() for p in text.split("<-") if p.strip()]:
+            pm = _PSEUDO_FRAME_RE.match(part)
+            if pm:
+                below.append(Frame(pm.group("file") or "", pm.group("func")))
+    # the condensed stack lists the innermost call first; frames run outermost first
+    return list(reversed(below)) + frames
 
 
 def _assert_follows(lines: list[_Line], index: int) -> bool:
@@ -150,6 +183,28 @@ STRUCT_RULES = [
          "the server's argument checks refused the options: {exc_s} (raised in {where})",
          "{options_hint}change the instance's flags so the combination the message names is gone (extra_args / "
          "pin_flags, or the fallback rule that added one of them: dflash_flags shows which rule added which flag)"),
+    Rule("hybrid_state_unallocated", "incompatible_options", 56, _NEVER,
+         ("the server used hybrid (Mamba) state that was never allocated, outside speculative decoding: {exc_s}, in "
+          "{where}; a Mamba scheduling / radix-cache option armed for a model without Mamba state does this"),
+         ("drop the Mamba options from the instance's flags (`--mamba-radix-cache-strategy`, "
+          "`--mamba-scheduler-strategy extra_buffer`) unless the model really is a hybrid (Mamba / linear-attention) "
+          "one; on a hybrid model it is a server bug: use a release that fixes {func}")),
+    Rule("arch_support_assert", "gpu_arch_refused", 63, _NEVER,
+         ("{arch_subject} refused this GPU{arch_here_s}: the assertion {check_stmt!r} in {where} failed (a support "
+          "check of the GPU generation)"),
+         "{arch_fix}"),
+    Rule("flashinfer_jit_frames", "flashinfer_arch", 59, _NEVER,
+         "FlashInfer's JIT build of a kernel failed: {exc_s}, raised in {where}",
+         ("start with `--attention-backend triton` (and `--sampling-backend pytorch`) to keep FlashInfer's JIT out, "
+          "or give the unit a CUDA toolkit whose nvcc supports this GPU (CUDA_HOME / PATH; CUDA >= 12.8 for SM 10.x, "
+          ">= 12.9 for SM 12.x), or install FlashInfer's prebuilt kernels (flashinfer-cubin / flashinfer-jit-cache) "
+          "for this CUDA; clear ~/.cache/flashinfer after a change")),
+    Rule("pool_alloc_none", "cuda_oom", 55, _NEVER,
+         ("an allocation from the server's request / KV-cache pool came back empty (None): the pool has no room for "
+          "the batch: {exc_s}, in {where}"),
+         ("give the KV cache more memory: raise `--mem-fraction-static` (SGLang; a lower value shrinks the pool), "
+          "lower `--max-running-requests` / `--chunked-prefill-size` / `--context-length`, or use a larger "
+          "`--tp-size`")),
     Rule("capture_frames", "cuda_graph_capture", 43, _NEVER,
          "capturing CUDA graphs failed at start-up (not for memory): {exc_s}, raised in {where}",
          "start once with `--disable-cuda-graph` (vLLM: `--enforce-eager`) to confirm it is the capture (expect a "
@@ -164,18 +219,50 @@ def _frames_match(frames: list[Frame], rx: re.Pattern) -> Frame | None:
     return next((f for f in reversed(frames) if rx.search(f.path) or rx.search(f.func)), None)
 
 
+# an assert on a support check of the GPU / kernel generation ("assert is_fa_version_supported(self.fa_version)")
+_SUPPORT_CHECK_RX = re.compile(r"\bassert\b.*\b(?:is_\w*_supported|\w*supports?_(?:fa|flash|arch|sm|fp8|bf16)\w*"
+                               r"|\w*(?:arch|capability|sm)\w*\s*(?:>=|==|in\b))", re.IGNORECASE)
+# identifiers of the speculative path as a statement or a message names them (no bare "verify": too common)
+_SPEC_WORD_RX = re.compile(r"speculative|\beagle\w*|spec_?v2|\bdraft_\w+|\bmtp\b|\bnextn\b|\w+_for_verify|verify_\w+",
+                           re.IGNORECASE)
+_NONE_RX = re.compile(r"'NoneType' object|\bNoneType\b|\bNone\b")
+
+
+# a statement using what a pool allocation returned (sglang returns None when the pool has no room)
+_POOL_RX = re.compile(r"\breq_pool_indices\b|\bout_cache_loc\b|token_to_kv_pool\w*\.alloc|req_to_token_pool\.alloc")
+_ROW = {r.name: r for r in STRUCT_RULES}
+
+
+def _source_text(r: Raised) -> str:
+    return " ".join(f.source for f in r.frames if f.source)
+
+
 def classify(r: Raised) -> Rule | None:
     """The structural row an exception belongs to, or None."""
     if not r.frames or _OOM_RE.search(r.message) or r.cls == "KeyboardInterrupt":
         return None
-    if _frames_match(r.frames, _SPEC_RX) and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(r.message)):
-        return STRUCT_RULES[0]
+    source = _source_text(r)
+    # the speculative path shows in the frames, or in the failing statement / message of a short excerpt
+    spec = _frames_match(r.frames, _SPEC_RX) or _SPEC_WORD_RX.search(source) or _SPEC_WORD_RX.search(r.message)
+    if spec and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(r.message) or _HYBRID_RX.search(source)):
+        return _ROW["spec_hybrid_state_crash"]
+    if not spec and r.cls in ("TypeError", "AttributeError") and _NONE_RX.search(r.message) \
+            and (_frames_match(r.frames, _HYBRID_RX) or _HYBRID_RX.search(source)) and not _SPEC_RX.search(source):
+        return _ROW["hybrid_state_unallocated"]
+    # a quantization method the GPU cannot run keeps its own answer, as the line row gpu_arch_refused's does
+    if any("flashinfer/jit" in f.path.replace("\\", "/") for f in r.frames):
+        return _ROW["flashinfer_jit_frames"]
+    if r.cls in ("AttributeError", "TypeError") and _NONE_RX.search(r.message) and _POOL_RX.search(source):
+        return _ROW["pool_alloc_none"]
+    if r.cls == "AssertionError" and r.frames[-1].source and _SUPPORT_CHECK_RX.search(r.frames[-1].source) \
+            and not any("quantization" in f.path for f in r.frames):
+        return _ROW["arch_support_assert"]
     if r.cls in ("AssertionError", "ValueError", "NotImplementedError", "TypeError", "Exception", "RuntimeError") \
             and any(_ARGS_FILE.search(f.path) and _ARGS_FUNC.match(f.func) for f in r.frames) \
             and not _ARCH_RX.search(r.message):
-        return STRUCT_RULES[1]
+        return _ROW["server_args_hook"]
     if _frames_match(r.frames, _CAPTURE_RX):
-        return STRUCT_RULES[2]
+        return _ROW["capture_frames"]
     return None
 
 
@@ -188,6 +275,7 @@ def groups_of(r: Raised) -> dict:
         "where": r.where() or "the server",
         "func": inner.func if inner else "the failing function",
         "check": r.message,
+        "check_stmt": (r.frames[-1].source if r.frames else "") or r.message,
     }
 
 

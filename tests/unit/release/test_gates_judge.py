@@ -25,6 +25,9 @@ import sglang_standin as standin
 NOT_JUDGEABLE = {
     # fluent Korean; only the (unpublished) Chinese conversation around it makes it the wrong language
     "claude-code-50071-korean-in-chinese-session.json": "wrong_language",
+    # two fluent sentences of Japanese, then Korean: a translation reply looks the same; only the (unpublished)
+    # Korean conversation makes the Japanese wrong
+    "claude-code-50864-japanese-then-korean.json": "wrong_language",
 }
 
 
@@ -60,11 +63,27 @@ def test_labelled_reply(path):
     ("llama-cpp-19585-prompt-echo-counter-loop.json", "regurgitation", "role markers"),
     ("llama-cpp-6762-llama3-let-me-loop.json", "ngram_loop", "Let me ( Let me )"),
     ("vllm-8020-newline-flood.json", "whitespace_flood", "300 whitespace"),
+    ("ggml-64-cerebras-q4-blank-tokens.json", "whitespace_flood", "whitespace only: the reply is 25"),
+    ("litert-109-tinyllama-subword-loop.json", "ngram_loop", "subword loop: one 268-character token"),
+    ("gemini-cli-5813-nyny-loop.json", "ngram_loop", "'ny'"),
+    ("ollama-15234-gemma4-french-dropped-accents.json", "dropped_chars", "a fr reply of 84 words without one accented"),
+    ("qwen3-1171-seven-exclamations.json", "char_flood", "the whole reply is '!' 7 times"),
 ])
 def test_the_reason_names_the_breakage(name, kind, needle):
     d = _load(ROOT / "tests" / "fixtures" / "replies" / "labelled" / name)
     v = j.judge_reply(d.get("content"), d.get("reasoning_content"), prompt=d.get("prompt"))
     assert v["kind"] == kind and needle in v["detail"], v
+
+
+def test_blank_content_beside_reasoning_and_unaccented_short_replies_pass():
+    # a reasoning model's content of two newlines next to its reasoning is how such servers answer: not blank
+    assert not j.judge_reply("\n\n", "The user asks for the capital of France. It is Paris.")["broken"]
+    # a short French reply without an accent happens (expected accented words < 8): no verdict from one line
+    assert not j.judge_reply("Oui, le fichier est dans le dossier de travail, sous le nom que vous avez donne.")["broken"]
+    # English never expects accents; 'cafe' / 'resume' are English words
+    text = ("We met at the cafe near the station and went over the resume line by line before the interview, "
+            "then walked back along the river and talked about the plan for the next week in some detail.")
+    assert not j.judge_reply(text)["broken"]
 
 
 def test_notes_for_odd_but_fine_replies():
