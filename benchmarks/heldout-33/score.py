@@ -80,7 +80,9 @@ for e in ridx:
     if seen(e):
         continue
     d = json.loads((ROOT / "replies" / e["file"]).read_text())
-    v = judge_reply(d.get("content"), d.get("reasoning_content"), prompt=d.get("prompt"), context=d.get("context"))
+    # what the request said (thinking off) and how the reply ended, where the set records them
+    v = judge_reply(d.get("content"), d.get("reasoning_content"), prompt=d.get("prompt"), context=d.get("context"),
+                    finish_reason=d.get("finish_reason"), thinking=d.get("thinking"))
     flagged = bool(v.get("broken")) if isinstance(v, dict) else bool(v)
     rc[(e["label"], flagged)] += 1
     right_v = flagged == (e["label"] == "broken")

@@ -65,6 +65,8 @@ CHAR_RUN_EXEMPT = set("-=_*#~`|:.─━═│┃+ \t\r\n")
 # mojibake
 MOJIBAKE_BADNESS_MIN = 2  # ftfy's badness counts suspicious sequences ('Ã©', 'â€', 'ä½'); one may be a real
 #                           odd symbol, two plus a change by fix_text is mojibake
+MOJIBAKE_WORD_MIN = 3  # letters of the repaired word ...
+MOJIBAKE_WORD_ZIPF = 1.0  # ... found at zipf >= 1 (one in 10^8 words) in one language's list
 REPLACEMENT_MIN = 2  # >= 2 U+FFFD (one can be a multibyte char cut at a stream end) ...
 REPLACEMENT_SHARE = 0.01  # ... making >= 1 % of the chars: bytes decoded wrongly mid-reply
 # loops at the end of the reply
@@ -86,6 +88,12 @@ ROLE_MARKERS = re.compile(r"<\|im_start\|>|<\|start_header_id\|>|\[INST\]|<\|use
                           r"|<start_of_turn>|<\|system\|>|<\|begin_of_text\|>|<｜User｜>|<｜Assistant｜>")
 ROLE_MARKERS_MIN = 2  # the model writing new chat turns replays the template; ONE trailing special token is a
 #                       stripping bug of the server, noted only
+# the same in plain-text templates (Alpaca's "### Instruction: / ### Response:", "User: / Assistant:"): a line that
+# opens a turn with a role name. A reply may name one role ("Q:" in a FAQ, "User:" in an example); writing further
+# turns of BOTH sides, several times, is the model going on with the dialogue past its own answer
+TEXT_ROLE_LINE = re.compile(r"^[ \t]*(?:#{1,4}[ \t]*|\*\*)?(?P<role>Question|Response|Instruction|Input|Answer|User|Human"
+                            r"|Assistant|AI|USER|ASSISTANT|HUMAN)[ \t]*(?:\*\*)?[ \t]*:", re.MULTILINE)
+TEXT_ROLE_TURNS_MIN = 4  # >= 4 turn openings of >= 2 different roles (two invented exchanges)
 PROMPT_ECHO_MIN = 2  # the prompt (>= PROMPT_MIN_CHARS) written out 2+ times
 PROMPT_MIN_CHARS = 8
 OVERLAP_NGRAM = 8  # word 8-grams copied from prompt / context ...
@@ -241,7 +249,23 @@ def check_mojibake(c: str):
         sample = f"{c[first[0]:first[1]][:24]!r} -> {fixed[first[2]:first[3]][:24]!r}" if first else ""
         return "mojibake", (f"mojibake (UTF-8 read as another encoding): ftfy finds {bad} suspicious sequences and "
                             f"would repair {changed} characters, e.g. {sample}")
+    if fixed != c:
+        # one mojibake word is below the badness count: a word that ftfy's encoding repair (not its quote or width
+        # clean-up) turns into a word of a language ('WÃ¶rter' -> 'Wörter'), while as written it is a word of none,
+        # is UTF-8 read as Latin-1 all the same
+        for raw in re.findall(r"\S*[^\x00-\x7f]\S*", c):
+            word = re.sub(r"[\W\d_]+$|^[\W\d_]+", "", raw)
+            good = re.sub(r"[\W\d_]+$|^[\W\d_]+", "", ftfy.fix_encoding(word))
+            if good and good != word and len(good) >= MOJIBAKE_WORD_MIN and _known(good) and not _known(word):
+                return "mojibake", (f"mojibake (UTF-8 read as another encoding): {word!r} is {good!r} with its "
+                                    "multi-byte letters decoded as single bytes (ftfy repairs it)")
     return None
+
+
+def _known(word: str) -> bool:
+    """Whether ``word`` is a word of one of the Latin-script languages the judge knows (wordfreq)."""
+    w = word.lower()
+    return any(_zipf(w, lang) >= MOJIBAKE_WORD_ZIPF for lang in LATIN_LANGS)
 
 
 def check_replacement(c: str):
@@ -272,7 +296,7 @@ def _tail_repeat(seq: list, max_period: int, min_repeats: int, min_len: int):
 def check_tail_loop(c: str):
     t = tokens(c)
     found = _tail_repeat(t, LOOP_MAX_PERIOD, LOOP_MIN_REPEATS, LOOP_MIN_TOKENS)
-    if found and not any(x.isalnum() for x in "".join(found[0])):
+    if found and _layout("".join(found[0])):
         found = None  # a border or rule drawn with one symbol ('──────'): layout, the char flood check's business
     if found:
         unit, reps = found
@@ -280,12 +304,18 @@ def check_tail_loop(c: str):
                               f"({reps * len(unit)} of {len(t)} tokens)")
     squeezed = list(re.sub(r"\s+", "", c))
     found = _tail_repeat(squeezed, CHAR_LOOP_MAX_PERIOD, CHAR_LOOP_MIN_REPEATS, CHAR_LOOP_MIN_CHARS)
-    if found and not any(x.isalnum() for x in found[0]):
+    if found and _layout("".join(found[0])):
         found = None
     if found:
         unit, reps = found
         return "ngram_loop", f"character loop: {''.join(unit)!r} repeated {reps} times at the end"
     return None
+
+
+def _layout(unit: str) -> bool:
+    """A repeated unit without letters or digits made only of rule / table / box characters ('─', '-', '|', '=') is
+    drawn layout; quotes, slashes or other punctuation repeated back to back ("'/'/'/") are a loop."""
+    return not any(x.isalnum() for x in unit) and all(x in CHAR_RUN_EXEMPT or BOX_CHARS.match(x) for x in unit)
 
 
 def check_periodic_token(c: str):
@@ -371,6 +401,11 @@ def check_regurgitation(c: str, prompt: str | None, context: str | None):
     if len(roles) >= ROLE_MARKERS_MIN:
         return "regurgitation", (f"regurgitation: the reply writes {len(roles)} chat-template role markers "
                                  f"({roles[0]!r} ...): it replays the conversation instead of answering")
+    turns = [m.group("role").lower() for m in TEXT_ROLE_LINE.finditer(c)]
+    if len(turns) >= TEXT_ROLE_TURNS_MIN and len(set(turns)) >= 2:
+        return "regurgitation", (f"invented dialogue turns: the reply opens {len(turns)} turns with role names "
+                                 f"({', '.join(sorted(set(turns)))}): it writes the conversation on instead of "
+                                 "answering and stopping (a chat template the model was not trained on?)")
     p = (prompt or "").strip()
     if len(p) >= PROMPT_MIN_CHARS and c.count(p) >= PROMPT_ECHO_MIN:
         return "regurgitation", f"regurgitation: the prompt {_show(p)!r} is written out {c.count(p)} times"
@@ -445,14 +480,23 @@ def judge_text(text: str, prompt: str | None = None, context: str | None = None)
 
 
 def judge_reply(content: str | None, reasoning: str | None = None, prompt: str | None = None,
-                context: str | None = None) -> dict:
+                context: str | None = None, *, finish_reason: str | None = None, thinking: bool | None = None) -> dict:
     """{broken, kind, detail, reasons, notes}: the verdict on a chat reply (content and reasoning_content
-    both read; an empty pair is the host gate's to name)."""
+    both read; an empty pair is the host gate's to name). ``finish_reason`` (the choice's) and ``thinking`` (False:
+    the request turned reasoning off, e.g. chat_template_kwargs enable_thinking false) tell a reasoning model's
+    thinking cut by max_tokens (fine) from a finished answer that came back in the reasoning field only."""
     hits, notes = [], []
     for key, text in (("content", content), ("reasoning_content", reasoning)):
         for kind, reason in judge_text(text or "", prompt, context):
             hits.append((kind, f"{key}: {reason}" if reasoning and content else reason))
     c = content or ""
+    if not c.strip() and (reasoning or "").strip() and (thinking is False or finish_reason == "stop"):
+        # the reply ended (or reasoning was off) and the answer is all in reasoning_content: the client shows nothing
+        # (a reasoning parser that does not fit the model's template, or thinking-off requests parsed as thinking)
+        why = "the request turned reasoning off" if thinking is False else "the reply finished (finish_reason stop)"
+        hits.append(("answer_in_reasoning", (f"no answer in content: {why}, yet all {len(reasoning)} characters came "
+                                             "back in reasoning_content (does the server's --reasoning-parser fit "
+                                             "this model's chat template?)")))
     if not hits and not (reasoning or "").strip() and len(c) >= WS_ONLY_MIN and not c.strip():
         # blank tokens only, and no reasoning beside them: the reply says nothing (a reasoning model's "\n\n" content
         # next to its reasoning is fine)
@@ -481,6 +525,7 @@ def judge_gate(record: dict, prompt: str | None = None) -> dict:
     reply = record.get("reply") or {}
     if not (reply.get("content") or "").strip() and not (reply.get("reasoning_content") or "").strip():
         return {"gate": GATE, "ran": False, "reason": "no reply text came back to judge"}
-    v = judge_reply(reply.get("content"), reply.get("reasoning_content"), prompt)
+    v = judge_reply(reply.get("content"), reply.get("reasoning_content"), prompt,
+                    finish_reason=reply.get("finish_reason") or record.get("finish_reason"))
     return {"gate": GATE, "ran": True, "passed": not v["broken"], "figure": v["kind"] or "reads like text",
             "threshold": "no mojibake, token soup, loop or regurgitation", "detail": v["detail"]}

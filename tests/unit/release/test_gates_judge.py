@@ -46,7 +46,8 @@ def test_labelled_replies_have_sources_labels_and_both_kinds():
 @pytest.mark.parametrize("path", LABELLED, ids=[p.name for p in LABELLED])
 def test_labelled_reply(path):
     d = _load(path)
-    v = j.judge_reply(d.get("content"), d.get("reasoning_content"), prompt=d.get("prompt"), context=d.get("context"))
+    v = j.judge_reply(d.get("content"), d.get("reasoning_content"), prompt=d.get("prompt"), context=d.get("context"),
+                      finish_reason=d.get("finish_reason"), thinking=d.get("thinking"))
     if path.name in NOT_JUDGEABLE:
         assert not v["broken"] and d["kind"] == NOT_JUDGEABLE[path.name]
     elif d["label"] == "good":
