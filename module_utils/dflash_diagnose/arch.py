@@ -11,7 +11,9 @@ import re
 
 # words of a message that name a GPU generation or compute capability
 ARCH_WORDS = (r"(?:\bsm_?\d{2,3}[a-z]?\b|\bSM ?\d{2,3}\b|\bSM ?[<>=]=? ?\d{2,3}\b|\bSM ?\d{1,2}\.(?:\d|x)\b|compute capabilit(?:y|ies)"
-              r"|\bBlackwell\b|\bHopper\b|\bAmpere\b|\bAda\b|\bVolta\b|\bTuring\b|\bPascal\b|Arch\.sm_\d+)")
+              r"|\bBlackwell\b|\bHopper\b|\bAmpere\b|\bAda\b|\bVolta\b|\bTuring\b|\bPascal\b|Arch\.sm_\d+"
+              # Triton / vLLM: "fp8e4nv data type is not supported on CUDA arch < 89", "arch 90", "arch >= 80"
+              r"|\b(?:CUDA |GPU )?arch(?:itecture)? ?(?:[<>]=?|==)? ?\d{2,3}\b)")
 
 # SM (major.minor) -> generation, as NVIDIA names it
 _FAMILIES = [
@@ -115,8 +117,16 @@ def refused_subject(text: str) -> tuple[str | None, str]:
             return key, words
     if re.search(r"bfloat16|\bbf16\b", text or "", re.IGNORECASE):
         return "bf16", "bfloat16"
-    if re.search(r"\bfp8\b|float8", text or "", re.IGNORECASE):
+    if re.search(r"\bfp8\b|float8|\bfp8e[45]\w*|\be4m3\w*|\be5m2\w*", text or "", re.IGNORECASE):
         return "fp8", "FP8"
+    # no kernel named, but an SM range only one backend's kernels have ("Only SM 10.x and 11.x are supported": FA4's)
+    rng = re.search(r"\bSM ?(\d{1,2})\.x(?: and| or|,| to|-) ?(?:SM ?)?(\d{1,2})\.x", text or "", re.IGNORECASE)
+    if rng:
+        span = ((int(rng.group(1)), 0), (int(rng.group(2)), 9))
+        keys = [k for k, v in BACKEND_SM.items() if v == span]
+        if len(keys) == 1:
+            key, words = next((k, w) for _rx, k, w in BACKEND_WORDS if k == keys[0])
+            return key, f"{words} (the only attention kernels for exactly SM {rng.group(1)}.x-{rng.group(2)}.x)"
     return None, "this option or kernel"
 
 
@@ -137,6 +147,11 @@ _NOT_ON_RE = re.compile(r"(?:not supported|unsupported|not available|does not (?
 
 def needed(text: str) -> str:
     """What the message says the feature needs ('compute capability >= 8.0', 'SM100', 'Blackwell')."""
+    m = re.search(r"\barch(?:itecture)? ?(?P<op><=?|>=?) ?(?P<n>\d)(?P<m>\d)\b", text or "", re.IGNORECASE)
+    if m:
+        # Triton's "not supported on CUDA arch < 89": the feature needs that arch or newer
+        sm = f"{m.group('n')}.{m.group('m')}"
+        return f"SM {sm} or newer" + (f" ({family(parse_sm(sm))})" if family(parse_sm(sm)) else "")
     m = _NOT_ON_RE.search(text or "")
     if m:
         v = m.group("v")

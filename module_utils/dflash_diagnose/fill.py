@@ -69,13 +69,17 @@ def _pip_name(module: str) -> str:
     return _PIP_NAMES.get(top, top.replace("_", "-"))
 
 
+# compiled libraries whose file name is not their package's (sgl_kernel ships common_ops / flash_ops)
+_SO_OWNERS = {"common_ops": "sgl_kernel", "flash_ops": "sgl_kernel"}
+
+
 def _so_package(path: str) -> str:
     parts = re.split(r"[/\\]", path)
     for i, part in enumerate(parts):
         if part in ("site-packages", "dist-packages") and i + 1 < len(parts):
             return parts[i + 1].split(".")[0]
     name = parts[-1].split(".")[0] if parts and parts[-1] else ""
-    return name or "the compiled extension"
+    return _SO_OWNERS.get(name, name) or "the compiled extension"
 
 
 def _oom_details(text: str, facts: dict, match: _Match, lines: list[_Line]) -> dict:

@@ -57,7 +57,9 @@ MARKERS: list[tuple[str, bool, re.Pattern]] = [
     ("weights", True, re.compile(r"Load weight begin|Loading (?:safetensors|pt|bin) checkpoint shards"
                                  r"|Loading checkpoint shards|Starting to load model|Loading model weights"
                                  r"|Using model weights format|Using (?:\w+ )?(?:attention )?backend\.?$"
-                                 r"|Using \w+ backend\.|Downloading|Fetching \d+ files")),
+                                 r"|Using \w+ backend\.|Downloading|Fetching \d+ files"
+                                 # engines that log each layer as they load it ("loading layer 58/64 (...)")
+                                 r"|[Ll]oading (?:model )?layers? \d+ ?/ ?\d+")),
     # NCCL (after the process group: the communicator, custom all-reduce)
     ("nccl", False, re.compile(r"Init torch distributed ends|Init COMPLETE|ncclCommInitRank comm .* Init COMPLETE"
                                r"|custom allreduce.*(?:enabled|initialized)")),

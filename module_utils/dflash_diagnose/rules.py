@@ -223,6 +223,16 @@ RULES: list[Rule] = [
          "match the Python package calling it)",
          "install the kernel package version the server pins ({sg_kernel_pin}; "
          "vllm -> its own vllm._C build), built for {torch}"),
+    Rule("op_no_backend_kernel", "kernel_abi", 81,
+         # torch's dispatcher: the op is registered, but no kernel for the backend it was called with: the extension
+         # (or torch / torchvision) is a build without that backend's kernels, or for another torch; above the capture
+         # rows: CUDA graph capture is where the first kernel runs, not what failed (sgl-project/sglang#6322)
+         _rx(r"Could not run '(?P<op_nb>[\w.]+::\w+)' with arguments from the '(?P<op_backend>\w+)' backend"),
+         "the op {op_nb} has no kernel for the {op_backend} backend: its compiled library is a build without "
+         "{op_backend} kernels or for another torch than {torch}",
+         "reinstall the package that registers {op_nb} (sgl_kernel::* -> the sgl-kernel / sglang-kernel wheel the "
+         "server pins; _C::* -> the server's own build; torchvision::* -> torchvision) built for {torch} with its "
+         "CUDA kernels, and keep torch, triton, nvidia-* and the kernel wheels from ONE CUDA build"),
     Rule("operator_missing", "kernel_abi", 79,
          _rx(r"operator (?P<op_full2>\w+::\w+) does not exist"),
          "the compiled operator {op_full2} is missing: a torch extension does not match {torch}",
@@ -293,7 +303,8 @@ RULES: list[Rule] = [
     # ---------------------------------------------------------------- port_in_use
     Rule("port_bind", "port_in_use", 65,
          _rx(r"error while attempting to bind on address \('?(?P<addr>[^']*)'?,\s*(?P<port>\d+)(?:, \d+, \d+)?\)"
-             r"[^\n]*address already in use"),
+             # Windows: "[Errno 10048] ... only one usage of each socket address ... is normally permitted"
+             r"[^\n]*(?:address already in use|only one usage of each socket address)"),
          "port {port} on {addr} is already in use",
          "stop the process holding port {port} (`ss -ltnp 'sport = :{port}'` shows it) or give this "
          "instance another `--port`; leave room for SGLang's internal ports (it also binds a few "
@@ -304,7 +315,7 @@ RULES: list[Rule] = [
          "another server (or a stale process of this one) holds the port{zmq_addr_s}: stop it "
          "(`ss -ltnp` shows it), or move this instance to a `--port` far from other instances"),
     Rule("port_torch_dist", "port_in_use", 64,
-         _rx(r"EADDRINUSE|server socket has failed to bind|failed to listen on any local network address"
+         _rx(r"EADDRINUSE|\[(?:Errno|WinError) 10048\]|only one usage of each socket address|server socket has failed to bind|failed to listen on any local network address"
              r"|Address already in use|port (?P<port2>\d+) is (?:already )?(?:in use|not available|occupied)"
              r"|\w*port\w* at (?P<port4>\d+) is not available in"
              r"|(?:already in use|not available)[^\n]{0,30}port[ =:]*(?P<port3>\d+)"),
@@ -319,7 +330,8 @@ RULES: list[Rule] = [
          "the server's argument parser stopped at start-up: unrecognized arguments: {unrecognized}",
          "remove or correct {unrecognized} in the instance's extra_args / pin_flags: it is not a flag of this "
          "server version (a flag of another version or of another server, a typo, '_' for '-', one dash for two, "
-         "or a value after a flag that takes none). The pinned sglang's flags are in "
+         "or a value after a flag that takes none; a flag newer than the installed release: upgrade the server to "
+         "one that has it). The pinned sglang's flags are in "
          "files/patches/sglang/<version>/server-flags.txt, and deploy.yml checks extra_args against them "
          "before anything changes"),
     Rule("argparse_argument", "bad_server_args", 90,

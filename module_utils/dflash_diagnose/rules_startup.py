@@ -29,7 +29,9 @@ _OPTION = (
     r"(?:--[a-z][a-z0-9-]{2,}|\b(?:speculative[_ ]\w+|page[_ ]size|attention[_ ]backend|\w+AttentionBackend"
     r"|radix[_ ]cache|overlap[_ ]schedul\w*|dp[_ ]attention|[tdpe]p_size|chunked[_ ]prefill\w*|cuda[_ ]graph\w*"
     r"|torch[_ ]compile|mamba[_ ]\w+|disaggregation\w*|grammar[_ ]backend|kv[_ ]cache[_ ]dtype|enable_\w+"
-    r"|disable_\w+|MambaRadixCache\w*|multi-layer EAGLE|speculative decoding)\b"
+    r"|disable_\w+|MambaRadixCache\w*|multi-layer EAGLE|speculative decoding"
+    # vLLM's config fields and words: "num_speculative_tokens", "tensor_parallel_size", "cudagraph shapes", "spec-decode"
+    r"|num_speculative_\w+|\w+_parallel_size|cudagraph[_ ]\w+|spec-decode|sequence parallelism)\b"
     r"|\b" + _BACKENDS + r"(?:,\s*|\s+or\s+)" + _BACKENDS + r"\b)"
 )
 _REFUSAL = (
@@ -44,7 +46,7 @@ _REFUSAL = (
     r"|\bnot yet supported (?:for|with|by|on|in)\b|\bexpected\b[^\n]*\bbut (?:found|got)\b"
     # the plain validation words, still only on an exception line that names an option
     r"|\b(?:is|are) not (?:yet )?supported\b|\bnot implemented\b|\bunsupported\b|\bonly supports?\b"
-    r"|\bnot allowed\b|\bmust not\b|\bcannot\b|\bcan't\b|\binvalid\b)"
+    r"|\bnot allowed\b|\bmust not\b|\bcannot\b|\bcan't\b|\binvalid\b|\bplease adjust\b)"
 )
 _OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
 

@@ -57,6 +57,8 @@ _PREFIX_RES = [
     re.compile(r"^\((?:[A-Za-z_][\w.:-]*\s+)?(?:rank=\d+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s*"),
     # docker compose service prefixes: "openedai-images-flux  | "
     re.compile(r"^[a-z0-9][\w.-]*(?:-\d+)?\s+\| "),
+    # an issue title's tag before the error line it quotes: "[Bug] ", "[Feature]: ", "[Usage]: "
+    re.compile(r"^\[(?:Bug|BUG|Feature|Usage|Question|Installation|Performance|Misc|Doc|Docs|RFC|Help)\]:?\s+"),
     # torchrun rank prefixes: "[rank0]: ", "[default0]:", "0: "
     re.compile(r"^\[(?:rank|default)\d+\]:\s?"),
     # sglang: "[2025-05-23 10:15:02 TP0] ", "[2025-05-23 10:15:02 DP0 TP1 EP1] ", "[2025-05-23 10:15:02] "
@@ -106,7 +108,10 @@ GENERIC_FATAL_RE = re.compile(
     # panic (sglang's router), a quantization the GPU cannot run (vLLM's check, printed without a class)
     r"|^\[Errno \d+\] |^Killed\s*$|\]Killed\s*$|\d Killed\s|Out of memory: Kill(?:ed)? process|killed by the OOM killer"
     r"|exited with code 137|exit code 137|status=9/KILL|\bpanicked at |on an `Err` value"
-    r"|is not supported for the current GPU",
+    r"|is not supported for the current GPU"
+    # an error quoted inside a sentence (an issue title: "[Bug] DeepSeek-V3.1 RuntimeError: Triton Error ...",
+    # "When serving X. Error: Triton compilation failed: ...")
+    r"|(?<=[\s.])(?:[A-Z]\w*)?(?:Error|Exception): [A-Z\"'\w]",
 )
 
 

@@ -105,7 +105,19 @@ def raised(lines: list[_Line]) -> list[Raised]:
     for r in out:
         if not r.frames:
             r.frames = _context_frames(lines, r.line.index)
+    if frames and not out and not any(w in ln.raw for ln in lines for w in _DUMP_WORDS):
+        # an excerpt cut before its error line (a traceback's frames and nothing after them): the frames still say
+        # where it failed; the statement of the innermost frame stands for the exception ("assert ..." is one)
+        last = frames[-1]
+        at = next((ln for ln in reversed(lines) if ln.text.strip()), lines[-1])
+        cls = "AssertionError" if last.source.startswith("assert") else "an exception (the excerpt ends before it)"
+        out.append(Raised(cls, last.source if cls == "AssertionError" else "", at, list(frames), implied=True))
     return out
+
+
+# a stack dump of a live process (faulthandler, py-spy, a watchdog's dump) is no failure of its own: a hang's
+_DUMP_WORDS = ("Thread 0x", "Current thread", "Stack (most recent call first)", "Dumping stack", "py-spy",
+               "atchdog", "most recent call first")
 
 
 # Short excerpts (an issue's two lines, a summary a reporter typed) drop the traceback but keep what it said: the
@@ -154,7 +166,8 @@ _ARGS_FUNC = re.compile(r"^(?:__post_init__|_handle_\w+|check_server_args|_check
                         r"|verify_\w+|validate\w*|_validate\w*|from_cli_args|create_engine_config|"
                         r"adjust_\w+|_adjust\w*)$")
 # the speculative verify / draft path, and a hybrid model's state (mamba, GDN, linear attention, ...)
-_SPEC_RX = re.compile(r"speculative|eagle|spec_?v2|_verify\b|verify_|draft|dflash|ddtree|\bmtp\b|nextn|lookahead",
+_SPEC_RX = re.compile(r"speculative|eagle|spec_?v2|spec_decode|_verify\b|verify_|draft|dflash|ddtree|\bmtp\b|nextn"
+                      r"|lookahead",
                       re.IGNORECASE)
 _HYBRID_RX = re.compile(r"mamba|\bgdn\b|gated_?delta|linear_?attn|lightning_?attn|hybrid_linear|\bssm\b|ssm_state"
                         r"|conv_state|recurrent|\bkda\b|MambaPool|HybridReqToTokenPool|mamba_radix|ArraysCache",
@@ -223,7 +236,8 @@ def _frames_match(frames: list[Frame], rx: re.Pattern) -> Frame | None:
 _SUPPORT_CHECK_RX = re.compile(r"\bassert\b.*\b(?:is_\w*_supported|\w*supports?_(?:fa|flash|arch|sm|fp8|bf16)\w*"
                                r"|\w*(?:arch|capability|sm)\w*\s*(?:>=|==|in\b))", re.IGNORECASE)
 # identifiers of the speculative path as a statement or a message names them (no bare "verify": too common)
-_SPEC_WORD_RX = re.compile(r"speculative|\beagle\w*|spec_?v2|\bdraft_\w+|\bmtp\b|\bnextn\b|\w+_for_verify|verify_\w+",
+_SPEC_WORD_RX = re.compile(r"speculative|\beagle\w*|spec_?v2|\bdraft_\w+|\bmtp\b|\bnextn\b|\w+_for_verify|verify_\w+"
+                           r"|\bnum_spec_\w+|\bspec_decode\w*|\bspec_state\w*",
                            re.IGNORECASE)
 _NONE_RX = re.compile(r"'NoneType' object|\bNoneType\b|\bNone\b")
 
@@ -237,9 +251,19 @@ def _source_text(r: Raised) -> str:
     return " ".join(f.source for f in r.frames if f.source)
 
 
+# the spec-decode state of a hybrid's linear-attention metadata: vLLM's GDN / Mamba / short-conv builders count the
+# speculative decodes apart ("num_spec_decodes", "spec_state_indices"); no full-attention path has these fields
+_HYBRID_SPEC_STATE_RX = re.compile(r"\bnum_spec_decodes\b|\bspec_state_indices\w*|\bnum_accepted_tokens\b.*\bconv_state")
+
+
 def classify(r: Raised) -> Rule | None:
     """The structural row an exception belongs to, or None."""
-    if not r.frames or _OOM_RE.search(r.message) or r.cls == "KeyboardInterrupt":
+    if _OOM_RE.search(r.message) or r.cls == "KeyboardInterrupt":
+        return None
+    if _HYBRID_SPEC_STATE_RX.search(r.message) or _HYBRID_SPEC_STATE_RX.search(_source_text(r)):
+        # a one-line assert of those counters ("num_decodes: 1, num_spec_decodes: 2") needs no frames to say where
+        return _ROW["spec_hybrid_state_crash"]
+    if not r.frames:
         return None
     source = _source_text(r)
     # the speculative path shows in the frames, or in the failing statement / message of a short excerpt
