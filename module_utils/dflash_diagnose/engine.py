@@ -37,6 +37,20 @@ from ansible.module_utils.dflash_diagnose.unknown import (
 )
 
 
+def _failed_in_capture(st: dict, source: str) -> dict:
+    """An error no rule knows, raised while the start-up was capturing CUDA graphs (its last stage line says capture
+    had begun and not ended): the capture is where it failed, whatever the (unknown or cut) error was."""
+    return {
+        "cause": "cuda_graph_capture",
+        "summary": (f"the start-up failed while capturing CUDA graphs (line {st['line'].index + 1} of {source} begins "
+                    "the capture, and an error follows before it ends; no rule names the error itself)"),
+        "remedy": ("start once with `--disable-cuda-graph` (vLLM: `--enforce-eager`) to confirm it is the capture "
+                   "(a large speed loss: a stopgap only); then drop `--enable-torch-compile`, try another attention "
+                   "backend (`--attention-backend triton`) or `--disable-custom-all-reduce`, lower "
+                   "`--cuda-graph-max-bs`, and read the full traceback of the unit for the kernel that failed"),
+    }
+
+
 def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = None, fingerprint: dict | None = None,
                   silent_seconds: float | None = None, sglang: dict | None = None) -> dict:
     """Diagnose a log given as text. Returns {cause, summary, remedy, evidence, ...}.
@@ -139,6 +153,8 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
                 result["summary"] += (f"; the start-up had stopped in {_hang.STAGE_WORDS[st['stage']]} ({st['stage']}) "
                                       "with no error line before that")
                 result["stage"] = st["stage"]
+            elif st is not None and st["under_way"] and st["stage"] == "graph_capture":
+                result.update(_failed_in_capture(st, source))
             if superseded:
                 early = superseded[0]
                 result["summary"] += (f"; the earlier {early.rule.cause} line {early.line.index + 1} did not stop "
@@ -150,6 +166,10 @@ def diagnose_text(text: str, *, source: str = "log", read_info: dict | None = No
             result["remedy"] = ("read the full journal of the unit (journalctl -u <unit> --no-pager) or "
                                 "rerun the server in the foreground to see the exception")
             result["evidence"] = [_clip(tb.raw)]
+            st = _hang.last_stage(lines[: tb.index])
+            if st is not None and st["under_way"] and st["stage"] == "graph_capture":
+                result.update(_failed_in_capture(st, source))
+                result["evidence"].insert(0, _clip(st["line"].raw))
             # an OS error logged before the traceback (even one the program chose to ignore) is the lead
             oserr = next((ln for ln in lines[: tb.index] if _OS_ERROR_RE.search(ln.text)), None)
             if oserr is not None:

@@ -46,7 +46,7 @@ _REFUSAL = (
     r"|\bnot yet supported (?:for|with|by|on|in)\b|\bexpected\b[^\n]*\bbut (?:found|got)\b"
     # the plain validation words, still only on an exception line that names an option
     r"|\b(?:is|are) not (?:yet )?supported\b|\bnot implemented\b|\bunsupported\b|\bonly supports?\b"
-    r"|\bnot allowed\b|\bmust not\b|\bcannot\b|\bcan't\b|\binvalid\b|\bplease adjust\b)"
+    r"|\bnot allowed\b|\bmust not\b|\bcannot\b|\bcan't\b|\binvalid\b|\bplease adjust\b|\bdoes not yet support\b)"
 )
 _OOM = r"out of memory|OutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
 
@@ -184,7 +184,8 @@ ROWS = [
      "`fa3`), or use a server release that supports this combination"),
      False, None),
     ("server_args_refusal", "incompatible_options", 58,
-     r"^(?:[\w.]+\.)?(?P<exc>ValueError|AssertionError|Exception|NotImplementedError|RuntimeError):\s*"
+     # pydantic (vLLM's config classes) prints the ValueError of a validator as "Value error, <message>"
+     r"^(?:(?:[\w.]+\.)?(?P<exc>ValueError|AssertionError|Exception|NotImplementedError|RuntimeError):|Value error,)\s*"
      r"(?=[^\n]*" + _OPTION + r")(?=[^\n]*" + _REFUSAL + r")(?P<check>[^\n]{4,300})",
      "the server refused a combination of its options: {check_short}",
      ("{options_hint}change the instance's flags so the combination the message names is gone (extra_args / "

@@ -174,7 +174,9 @@ _HYBRID_RX = re.compile(r"mamba|\bgdn\b|gated_?delta|linear_?attn|lightning_?att
                         re.IGNORECASE)
 # CUDA graph capture (sglang's runners, torch's graph API, vLLM's capture)
 _CAPTURE_RX = re.compile(r"cuda_graph_runner|piecewise_cuda_graph|cuda_graph|graph_runner|torch/cuda/graphs\.py"
-                         r"|\bcapture\w*|cudagraph|CUDAGraph", re.IGNORECASE)
+                         r"|\bcapture\w*|cudagraph|CUDAGraph"
+                         # the custom all-reduce registers the captured graphs' buffers when a capture ends
+                         r"|register_graph_buffers", re.IGNORECASE)
 # the message names a GPU generation (then the arch row, not the option rows, decides)
 _ARCH_RX = re.compile(ARCH_WORDS, re.IGNORECASE)
 

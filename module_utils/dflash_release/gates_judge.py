@@ -81,6 +81,9 @@ SENT_REPEAT_MIN = 3  # the same sentence 3+ times reads as a loop
 SENT_DUP_SHARE = 0.40  # or repeated sentences making >= 40 % of the text
 DISTINCT_4GRAM_MIN = 0.30  # < 30 % distinct word 4-grams over >= DISTINCT_MIN_WORDS words (prose/code > 0.8)
 DISTINCT_MIN_WORDS = 40
+CJK_GRAM = 6  # the same for text without spaces: character 6-grams ...
+CJK_DISTINCT_MIN = 0.60  # ... < 60 % distinct (the labelled Chinese replies: 96-100 %) ...
+CJK_LOOP_MIN_CHARS = 120  # ... over >= 120 CJK characters making half the text
 STUTTER_MIN_WORDS = 6  # every token twice ('TheThe answer answer'): >= 30 % of words repeat the previous one
 STUTTER_SHARE = 0.30  # or are doubled; prose has 0-2 % ('that that', 'had had')
 # regurgitation
@@ -378,6 +381,16 @@ def check_sentence_loop(c: str):
         ratio = len(set(grams)) / len(grams)
         if ratio < DISTINCT_4GRAM_MIN:
             return "ngram_loop", f"repetition: only {ratio:.0%} of {len(grams)} word 4-grams are distinct"
+    # scripts written without spaces (Chinese, Japanese): the same on characters; a loop with small variations
+    # ('要有自强不息、自强不息的战略思维，' again and again) has no exact tail period, but few distinct 6-grams
+    chars = re.sub(r"\s+", "", prose(c))
+    cjk = sum(1 for ch in chars if script_of(ch) in ("CJK", "Hangul"))
+    if cjk >= CJK_LOOP_MIN_CHARS and cjk >= len(chars) / 2:
+        grams = [chars[i:i + CJK_GRAM] for i in range(len(chars) - CJK_GRAM + 1)]
+        ratio = len(set(grams)) / len(grams)
+        if ratio < CJK_DISTINCT_MIN:
+            return "ngram_loop", (f"repetition: only {ratio:.0%} of {len(grams)} character {CJK_GRAM}-grams are "
+                                  "distinct (fluent Chinese / Japanese text: > 90 %)")
     return None
 
 
