@@ -72,11 +72,20 @@ def _text(data: bytes):
         return None
 
 
-def _mkdir(path, mode, uid, gid, check, out):
+def _lstat(path):
     try:
-        st = os.lstat(path)
+        return os.lstat(path)
     except FileNotFoundError:
-        st = None
+        return None
+
+
+def _own(path, mode, uid, gid):
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)  # after mkdir, whose mode goes through the umask
+
+
+def _mkdir(path, mode, uid, gid, check, out):
+    st = _lstat(path)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise FilesError(f"{path}: wanted a directory, found another kind of file")
     if st is None:
@@ -86,22 +95,17 @@ def _mkdir(path, mode, uid, gid, check, out):
         out.append({"path": path, "kind": "directory", "changed": True, "why": "created"})
         if not check:
             os.mkdir(path, mode)
-            os.chown(path, uid, gid)
-            os.chmod(path, mode)  # mkdir's mode goes through the umask
+            _own(path, mode, uid, gid)
         return
     why = _attrs_differ(st, mode, uid, gid)
     if why:
         out.append({"path": path, "kind": "directory", "changed": True, "why": ", ".join(why)})
         if not check:
-            os.chown(path, uid, gid)
-            os.chmod(path, mode)
+            _own(path, mode, uid, gid)
 
 
 def _put(dest, data, mode, uid, gid, check, out, diffs):
-    try:
-        st = os.lstat(dest)
-    except FileNotFoundError:
-        st = None
+    st = _lstat(dest)
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise FilesError(f"{dest}: wanted a regular file, found another kind of file (a directory or a link)")
     old = None
@@ -126,8 +130,7 @@ def _put(dest, data, mode, uid, gid, check, out, diffs):
     if not os.path.isdir(parent):
         _mkdir(parent, 0o755, 0, 0, check, out)
     if same:  # only the mode or the owners
-        os.chown(dest, uid, gid)
-        os.chmod(dest, mode)
+        _own(dest, mode, uid, gid)
         return
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(dest)}.dflash-")
     try:
@@ -146,9 +149,8 @@ def _put(dest, data, mode, uid, gid, check, out, diffs):
 
 
 def _remove(path, check, out):
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    st = _lstat(path)
+    if st is None:
         return
     if stat.S_ISDIR(st.st_mode):
         raise FilesError(f"{path}: listed as absent but it is a directory (only files and links are removed)")
