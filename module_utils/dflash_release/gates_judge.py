@@ -296,19 +296,21 @@ def _tail_repeat(seq: list, max_period: int, min_repeats: int, min_len: int):
     return None
 
 
+def _tail_loop(seq: list, max_period: int, min_repeats: int, min_len: int):
+    """_tail_repeat, less a border or rule drawn with one symbol ('──────'): layout, the char flood check's business."""
+    found = _tail_repeat(seq, max_period, min_repeats, min_len)
+    return None if found and _layout("".join(found[0])) else found
+
+
 def check_tail_loop(c: str):
     t = tokens(c)
-    found = _tail_repeat(t, LOOP_MAX_PERIOD, LOOP_MIN_REPEATS, LOOP_MIN_TOKENS)
-    if found and _layout("".join(found[0])):
-        found = None  # a border or rule drawn with one symbol ('──────'): layout, the char flood check's business
+    found = _tail_loop(t, LOOP_MAX_PERIOD, LOOP_MIN_REPEATS, LOOP_MIN_TOKENS)
     if found:
         unit, reps = found
         return "ngram_loop", (f"n-gram loop: {' '.join(unit)!r} repeated {reps} times back to back at the end "
                               f"({reps * len(unit)} of {len(t)} tokens)")
     squeezed = list(re.sub(r"\s+", "", c))
-    found = _tail_repeat(squeezed, CHAR_LOOP_MAX_PERIOD, CHAR_LOOP_MIN_REPEATS, CHAR_LOOP_MIN_CHARS)
-    if found and _layout("".join(found[0])):
-        found = None
+    found = _tail_loop(squeezed, CHAR_LOOP_MAX_PERIOD, CHAR_LOOP_MIN_REPEATS, CHAR_LOOP_MIN_CHARS)
     if found:
         unit, reps = found
         return "ngram_loop", f"character loop: {''.join(unit)!r} repeated {reps} times at the end"
